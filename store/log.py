@@ -1,0 +1,265 @@
+"""The event log: append events to streams, read them back, in one SQLite file.
+
+:class:`EventLog` is the store's facade. Writes go through the process's single
+:class:`~sessionwarden.store.writer.GroupCommitWriter`; reads use one read-only
+connection per thread, each read a short transaction, so readers never hold the WAL back
+and never block the writer. A log opened with ``readonly=True`` has no writer at all and
+never creates or changes a file; that is how the CLI reads a log a daemon is writing.
+"""
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+
+import apsw
+
+from sessionwarden.store.errors import StoreClosed, StoreProgrammingError
+from sessionwarden.store.hashing import GENESIS
+from sessionwarden.store.projections import Projection
+from sessionwarden.store.records import (
+    ANY,
+    AppendResult,
+    ExpectedVersion,
+    NewEvent,
+    RecordedEvent,
+    StreamAppend,
+    StreamState,
+    Tracking,
+)
+from sessionwarden.store.retry import retry_busy
+from sessionwarden.store.schema import connect, ensure_schema, translate
+from sessionwarden.store.writer import AppendRequest, GroupCommitWriter, utc_now
+
+__all__ = ["EventLog"]
+
+_PAGE = 5000
+
+
+class EventLog:
+    """An append-only, hash-chained event log in one SQLite file."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        readonly: bool = False,
+        projections: Sequence[Projection] = (),
+        clock: Callable[[], datetime] = utc_now,
+        busy_budget_s: float = 30.0,
+    ) -> None:
+        """Open (and, unless ``readonly``, create) the log at ``path``.
+
+        Raises:
+            StoreUnavailable: the file cannot be opened (or is missing when read-only).
+            CorruptStore: the file is not an event log.
+        """
+        self.path = Path(path)
+        self.readonly = readonly
+        self.projections = tuple(projections)
+        self._local = threading.local()
+        self._readers: list[apsw.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        self._writer: GroupCommitWriter | None = None
+        if readonly:
+            self._reader()  # fail now, not at first read, when the file is missing
+            return
+        conn = connect(self.path)
+        try:
+            retry_busy(lambda: ensure_schema(conn, self.path), budget_s=busy_budget_s)
+            retry_busy(lambda: self._create_views(conn), budget_s=busy_budget_s)
+        except BaseException:
+            conn.close()
+            raise
+        self._writer = GroupCommitWriter(
+            conn, self.path, self.projections, clock=clock, busy_budget_s=busy_budget_s
+        )
+
+    def _create_views(self, conn: apsw.Connection) -> None:
+        if not self.projections:
+            return
+        try:
+            with conn:
+                for projection in self.projections:
+                    projection.create(conn)
+        except apsw.BusyError:
+            raise
+        except apsw.Error as exc:
+            raise translate(exc, self.path) from None
+
+    # -- writing -----------------------------------------------------------------------
+
+    def append(
+        self,
+        stream: str,
+        events: Sequence[NewEvent],
+        expected_version: ExpectedVersion = ANY,
+        *,
+        timeout: float | None = None,
+    ) -> AppendResult:
+        """Append ``events`` to ``stream`` atomically; return once committed durably.
+
+        Raises:
+            WrongExpectedVersion: the stream's head is not ``expected_version``.
+            IdempotencyConflict: an idempotency key is stored with other content.
+            StoreBusy: the write lock stayed taken for the whole retry budget.
+        """
+        part = StreamAppend(stream, tuple(events), expected_version)
+        return self.append_batch([part], timeout=timeout)[0]
+
+    def append_batch(
+        self,
+        appends: Sequence[StreamAppend],
+        tracking: Tracking | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> list[AppendResult]:
+        """Append to several streams (and record ``tracking``) in one atomic commit."""
+        return self.submit(appends, tracking).wait(timeout)
+
+    def submit(
+        self,
+        appends: Sequence[StreamAppend],
+        tracking: Tracking | None = None,
+        callback: Callable[[AppendRequest], None] | None = None,
+    ) -> AppendRequest:
+        """Queue an atomic append without waiting; ``callback`` runs when it is done.
+
+        The callback runs in the writer thread and must be quick (e.g. hand the result to
+        an event loop with ``call_soon_threadsafe``).
+        """
+        if self._writer is None:
+            raise StoreProgrammingError("this event log was opened read-only")
+        _validate(appends, tracking)
+        return self._writer.submit(appends, tracking, callback)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _reader(self) -> apsw.Connection:
+        if self._closed:
+            raise StoreClosed("the event log is closed")
+        conn: apsw.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.path, readonly=True)
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        try:
+            return self._reader().execute(sql, args).fetchall()
+        except apsw.Error as exc:
+            raise translate(exc, self.path) from None
+
+    def head(self) -> tuple[int, bytes]:
+        """The last global sequence number and its hash (0 and the genesis when empty)."""
+        rows = self._query("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
+        if not rows:
+            return 0, GENESIS
+        seq, digest = rows[0]
+        assert isinstance(seq, int) and isinstance(digest, bytes)
+        return seq, digest
+
+    def stream_version(self, stream: str) -> int:
+        """The head version of ``stream`` (0 when it has no events)."""
+        rows = self._query("SELECT max(version) FROM events WHERE stream = ?", (stream,))
+        value = rows[0][0]
+        return value if isinstance(value, int) else 0
+
+    def read_all(
+        self, after: int = 0, *, until: int | None = None, limit: int | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Stream events with ``after < seq <= until`` in sequence order.
+
+        Pages are read in short transactions, so a long read never pins the WAL.
+        """
+        remaining = limit
+        while remaining is None or remaining > 0:
+            page_size = _PAGE if remaining is None else min(_PAGE, remaining)
+            rows = self._query(
+                "SELECT * FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+                (after, until if until is not None else 2**62, page_size),
+            )
+            if not rows:
+                return
+            for row in rows:
+                yield RecordedEvent(*row)  # type: ignore[arg-type]
+            after = rows[-1][0]  # type: ignore[assignment]
+            if remaining is not None:
+                remaining -= len(rows)
+            if len(rows) < page_size:
+                return
+
+    def read_stream(
+        self, stream: str, after_version: int = 0, *, limit: int | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Stream the events of ``stream`` with ``version > after_version`` in order."""
+        remaining = limit
+        while remaining is None or remaining > 0:
+            page_size = _PAGE if remaining is None else min(_PAGE, remaining)
+            rows = self._query(
+                "SELECT * FROM events WHERE stream = ? AND version > ? ORDER BY version LIMIT ?",
+                (stream, after_version, page_size),
+            )
+            if not rows:
+                return
+            for row in rows:
+                yield RecordedEvent(*row)  # type: ignore[arg-type]
+            after_version = rows[-1][2]  # type: ignore[assignment]
+            if remaining is not None:
+                remaining -= len(rows)
+            if len(rows) < page_size:
+                return
+
+    def tracking_position(self, name: str) -> int | None:
+        """The recorded position of consumer ``name``, or None if it never recorded one."""
+        rows = self._query("SELECT position FROM tracking WHERE name = ?", (name,))
+        value = rows[0][0] if rows else None
+        return value if isinstance(value, int) else None
+
+    def read_connection(self) -> apsw.Connection:
+        """This thread's read-only connection, for projections' own queries."""
+        return self._reader()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit queued appends, then close every connection. Idempotent."""
+        if self._closed:
+            return
+        if self._writer is not None:
+            self._writer.close()
+        self._closed = True
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+
+    def __enter__(self) -> "EventLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _validate(appends: Sequence[StreamAppend], tracking: Tracking | None) -> None:
+    """Reject malformed requests in the caller's thread, before they reach the writer."""
+    if not appends and tracking is None:
+        raise StoreProgrammingError("an append needs at least one stream or a tracking record")
+    for part in appends:
+        if not isinstance(part, StreamAppend):
+            raise StoreProgrammingError(f"expected StreamAppend, got {type(part).__name__}")
+        if not isinstance(part.stream, str) or not part.stream:
+            raise StoreProgrammingError("a stream name must be a non-empty string")
+        expected = part.expected_version
+        if not isinstance(expected, StreamState) and (
+            not isinstance(expected, int) or isinstance(expected, bool) or expected < 0
+        ):
+            raise StoreProgrammingError(f"invalid expected version {expected!r}")
+        for event in part.events:
+            if not isinstance(event, NewEvent) or not isinstance(event.data, bytes):
+                raise StoreProgrammingError("events must be NewEvent with bytes data")
+    if tracking is not None and tracking.position < 0:
+        raise StoreProgrammingError("a tracking position must not be negative")

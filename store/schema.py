@@ -1,0 +1,152 @@
+"""The SQLite schema of the event log, and how its connections are opened.
+
+Every connection is opened here so every pragma is applied the same way: WAL, FULL
+synchronous commits, a short busy timeout (the application retries with jitter on top, see
+``sessionwarden.store.retry``), and no double-quoted string literals. Files are created
+0600 and directories 0700; SQLite gives the ``-wal`` and ``-shm`` files the mode of the
+database file, so creating the database under a 0077 umask covers all three without ever
+opening them outside SQLite (closing a descriptor would drop SQLite's POSIX locks).
+"""
+
+import os
+import threading
+from pathlib import Path
+
+import apsw
+
+from sessionwarden.store.errors import CorruptStore, StoreError, StoreUnavailable
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "SCHEMA_VERSION",
+    "connect",
+    "default_db_path",
+    "ensure_schema",
+    "translate",
+]
+
+#: Bumped with every change to the DDL below; stored in ``PRAGMA user_version``.
+SCHEMA_VERSION = 1
+
+#: SQLite's own busy handler waits this long before the application-level retry takes
+#: over; long waits in the busy handler alone make writers convoy under FULL sync.
+BUSY_TIMEOUT_MS = 100
+
+_APPLICATION_ID = 0x53574431  # "SWD1": tells our files from other SQLite databases
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS events (
+    seq             INTEGER PRIMARY KEY,
+    stream          TEXT    NOT NULL,
+    version         INTEGER NOT NULL,
+    type            TEXT    NOT NULL,
+    schema_version  INTEGER NOT NULL,
+    recorded_at     TEXT    NOT NULL,
+    idempotency_key TEXT    UNIQUE,
+    data            BLOB    NOT NULL,
+    prev_hash       BLOB    NOT NULL,
+    hash            BLOB    NOT NULL,
+    UNIQUE (stream, version)
+);
+CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'the event log is append-only: UPDATE is forbidden'); END;
+CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'the event log is append-only: DELETE is forbidden'); END;
+CREATE TABLE IF NOT EXISTS tracking (
+    name     TEXT PRIMARY KEY,
+    position INTEGER NOT NULL
+);
+"""
+
+_umask_lock = threading.Lock()
+
+
+def default_db_path(environ: dict[str, str] | None = None) -> Path:
+    """The database path: ``SESSIONWARDEN_DB``, else the user's state directory."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("SESSIONWARDEN_DB")
+    if explicit:
+        return Path(explicit)
+    state = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "sessionwarden" / "events.db"
+
+
+def translate(exc: apsw.Error, path: Path) -> StoreError:
+    """Map an apsw error to the store's error tree."""
+    if isinstance(exc, apsw.CorruptError | apsw.NotADBError):
+        return CorruptStore(f"{path}: the database is corrupt or not an event log ({exc})")
+    if isinstance(exc, apsw.FullError):
+        return StoreUnavailable(f"{path}: the disk is full")
+    if isinstance(exc, apsw.ReadOnlyError):
+        return StoreUnavailable(f"{path}: the database is read-only")
+    if isinstance(exc, apsw.CantOpenError | apsw.PermissionsError | apsw.AuthError):
+        return StoreUnavailable(f"{path}: cannot open the database ({exc})")
+    if isinstance(exc, apsw.IOError):
+        return StoreUnavailable(f"{path}: I/O error ({exc})")
+    return StoreUnavailable(f"{path}: {exc}")
+
+
+def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
+    """Open a connection with the log's pragmas; create the file (0600) if writable.
+
+    Raises:
+        StoreUnavailable: the file is missing (read-only mode) or cannot be opened.
+        CorruptStore: the file is not a SQLite database.
+    """
+    if readonly:
+        if not path.exists():
+            raise StoreUnavailable(f"{path}: no event log here (nothing has been recorded)")
+        flags = apsw.SQLITE_OPEN_READONLY
+    else:
+        parent = path.parent
+        if not parent.exists():
+            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    try:
+        with _umask_lock:
+            # The umask is process-wide; the lock keeps two of our own opens from
+            # restoring each other's value.
+            old = os.umask(0o077)
+            try:
+                conn = apsw.Connection(str(path), flags=flags)
+            finally:
+                os.umask(old)
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        conn.execute("PRAGMA trusted_schema = OFF")
+        if not readonly:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+            if mode != "wal":
+                raise StoreUnavailable(f"{path}: cannot switch the database to WAL ({mode})")
+            conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+    except apsw.Error as exc:
+        raise translate(exc, path) from None
+    return conn
+
+
+def ensure_schema(conn: apsw.Connection, path: Path) -> None:
+    """Create the log's tables on a fresh file, or check an existing file is ours."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
+            version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+            tables = conn.execute(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'table'"
+            ).fetchall()[0][0]
+            if app_id == 0 and version == 0 and tables == 0:
+                conn.execute(_DDL)
+                conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif app_id != _APPLICATION_ID:
+                raise CorruptStore(f"{path}: this SQLite file is not a sessionwarden event log")
+            elif version > SCHEMA_VERSION:
+                raise StoreUnavailable(
+                    f"{path}: written by a newer sessionwarden (schema {version}); upgrade"
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    except apsw.Error as exc:
+        raise translate(exc, path) from None

@@ -1,0 +1,421 @@
+"""Fake LLM provider used as the upstream in sessionwarden integration tests and benchmarks.
+
+Speaks the OpenAI chat-completions wire format (``POST /v1/chat/completions``, plain and
+SSE streaming, ``GET /v1/models``) and the Anthropic Messages format (``POST /v1/messages``).
+Responses are deterministic. Each request can steer the behaviour with a ``"fake"`` object in
+the JSON body or with ``x-fake-*`` headers (the header wins), e.g. ``x-fake-status: 429`` or
+``x-fake-delay-ms: 50``; see :class:`FakeOptions`. Every request is recorded in a
+:class:`FakeProviderState` so tests can assert what the proxy forwarded.
+
+Run in-process with :class:`FakeProviderServer`, or as a script for benchmarks::
+
+    python tests/support/fake_provider.py --port 8123   # prints "listening http://127.0.0.1:8123/v1"
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, fields
+from types import TracebackType
+from typing import Any, Self
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+_ERROR_KINDS: dict[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "invalid_request"),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", "forbidden"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+    500: ("server_error", "internal_error"),
+    503: ("server_error", "overloaded"),
+}
+_ANTHROPIC_ERRORS: dict[int, str] = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    404: "not_found_error", 429: "rate_limit_error", 529: "overloaded_error",
+}
+
+
+@dataclass(frozen=True)
+class FakeOptions:
+    """Per-request behaviour controls, from body ``"fake"`` and ``x-fake-*`` headers."""
+
+    delay_ms: int = 0  # sleep before responding
+    chunk_delay_ms: int = 0  # sleep between stream events
+    status: int | None = None  # answer with this HTTP error status
+    echo_key: bool = False  # error message echoes the Authorization header
+    usage: str = "normal"  # "normal" | "missing" | "custom" (then usage_block verbatim)
+    usage_block: dict[str, Any] | None = None
+    stream_chunks: int = 3  # number of content delta chunks
+    hang_after_chunks: int | None = None  # stop after N SSE events, keep the connection open
+
+    @classmethod
+    def parse(cls, body: dict[str, Any], headers: dict[str, str]) -> FakeOptions:
+        """Merge the body ``fake`` object with ``x-fake-*`` headers (JSON-decoded when possible)."""
+        raw = body.get("fake")
+        opts: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+        for f in fields(cls):
+            value = headers.get("x-fake-" + f.name.replace("_", "-"))
+            if value is not None:
+                try:
+                    opts[f.name] = json.loads(value)
+                except ValueError:
+                    opts[f.name] = value
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in opts.items() if k in known})
+
+    def pick_usage(self, normal: dict[str, Any]) -> dict[str, Any] | None:
+        """Return the usage block to send: ``normal``, None ("missing") or ``usage_block``."""
+        if self.usage == "missing":
+            return None
+        return self.usage_block if self.usage == "custom" else normal
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as received by the fake provider."""
+
+    method: str
+    path: str
+    headers: dict[str, str]  # lowercase keys
+    body: Any  # parsed JSON body, or None
+
+
+@dataclass
+class FakeProviderState:
+    """Thread-safe record of the requests received, plus counters (``total``, per path, errors)."""
+
+    requests: list[RecordedRequest] = field(default_factory=list)
+    counters: Counter[str] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, request: RecordedRequest) -> None:
+        """Append a request and bump its counters."""
+        with self._lock:
+            self.requests.append(request)
+            self.counters["total"] += 1
+            self.counters[request.path] += 1
+
+    def count(self, name: str) -> None:
+        """Increment one named counter."""
+        with self._lock:
+            self.counters[name] += 1
+
+    def snapshot(self) -> list[RecordedRequest]:
+        """Return a copy of the recorded requests."""
+        with self._lock:
+            return list(self.requests)
+
+    @property
+    def last(self) -> RecordedRequest:
+        """The most recent request (raises IndexError when none)."""
+        with self._lock:
+            return self.requests[-1]
+
+    def clear(self) -> None:
+        """Forget all recorded requests and counters."""
+        with self._lock:
+            self.requests.clear()
+            self.counters.clear()
+
+
+def _text(content: Any) -> str:
+    """Flatten an OpenAI/Anthropic message content (string or list of parts) to text."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_text(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def _token_counts(body: dict[str, Any]) -> tuple[int, int, str]:
+    """Return (prompt tokens, cached prefix tokens, reply text) for a chat request body."""
+    msgs = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    texts = [_text(body.get("system"))] + [_text(m.get("content")) for m in msgs]
+    prompt = max(1, sum(map(len, texts)) // 4)
+    cached = min(prompt, sum(map(len, texts[:-1])) // 4) if len(msgs) > 1 else 0
+    users = [_text(m.get("content")) for m in msgs if m.get("role") == "user"]
+    last_user = users[-1] if users else ""
+    return prompt, cached, "ok: " + last_user[:40]
+
+
+def _split(text: str, n: int) -> list[str]:
+    n = max(1, n)
+    size = -(-len(text) // n)
+    return [text[i * size : (i + 1) * size] for i in range(n)]
+
+
+def _ratelimit_headers(state: FakeProviderState, prompt: int) -> dict[str, str]:
+    remaining = max(0, 10_000 - state.counters["total"])
+    return {
+        "x-ratelimit-limit-requests": "10000", "x-ratelimit-remaining-requests": str(remaining),
+        "x-ratelimit-reset-requests": "6ms", "x-ratelimit-limit-tokens": "2000000",
+        "x-ratelimit-remaining-tokens": str(2_000_000 - prompt), "x-ratelimit-reset-tokens": "1ms",
+        "x-request-id": "req_" + uuid.uuid4().hex[:16],
+    }
+
+
+def _error(opts: FakeOptions, headers: dict[str, str], anthropic: bool) -> JSONResponse:
+    status = int(opts.status or 500)
+    message = f"fake provider error {status}"
+    if opts.echo_key:
+        message += f"; Incorrect API key provided: {headers.get('authorization', '')}"
+    err_type, code = _ERROR_KINDS.get(status, ("server_error", f"http_{status}"))
+    extra: dict[str, str] = {}
+    if status == 429:
+        extra = {"retry-after": "1", "x-ratelimit-remaining-requests": "0",
+                 "x-ratelimit-reset-requests": "20s"}
+    if anthropic:
+        kind = _ANTHROPIC_ERRORS.get(status, "api_error")
+        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        body = {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+    return JSONResponse(body, status_code=status, headers=extra)
+
+
+async def _sse(
+    events: list[str], opts: FakeOptions, closing: threading.Event
+) -> AsyncIterator[bytes]:
+    """Yield SSE events with optional inter-chunk delay; hang after N events if asked.
+
+    A hung stream ends when the client disconnects (Starlette cancels us) or the server stops.
+    """
+    for i, event in enumerate(events):
+        if opts.hang_after_chunks is not None and i >= opts.hang_after_chunks:
+            while not closing.is_set():
+                await asyncio.sleep(0.02)
+            return
+        if i and opts.chunk_delay_ms:
+            await asyncio.sleep(opts.chunk_delay_ms / 1000)
+        yield event.encode()
+
+
+async def _prepare(
+    request: Request, state: FakeProviderState
+) -> tuple[dict[str, Any], dict[str, str], FakeOptions]:
+    """Parse and record a request, then apply its configured delay."""
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw else None
+    except ValueError:
+        body = None
+    state.record(RecordedRequest(request.method, request.url.path, headers, body))
+    body = body if isinstance(body, dict) else {}
+    opts = FakeOptions.parse(body, headers)
+    if opts.delay_ms:
+        await asyncio.sleep(opts.delay_ms / 1000)
+    return body, headers, opts
+
+
+def make_app(state: FakeProviderState | None = None) -> Starlette:
+    """Build the fake provider ASGI app; requests are recorded into ``state`` (or a new one)."""
+    st = state if state is not None else FakeProviderState()
+    closing = threading.Event()  # set by FakeProviderServer.stop() to release hung streams
+
+    def sse_response(events: list[str], opts: FakeOptions, hdrs: dict[str, str]) -> Response:
+        return StreamingResponse(_sse(events, opts, closing), headers=hdrs,
+                                 media_type="text/event-stream")
+
+    async def chat_completions(request: Request) -> Response:
+        body, headers, opts = await _prepare(request, st)
+        if opts.status is not None and int(opts.status) >= 400:
+            st.count("errors")
+            return _error(opts, headers, anthropic=False)
+        prompt, cached, text = _token_counts(body)
+        completion = len(text) // 4 + 1
+        usage = opts.pick_usage({
+            "prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        })
+        base = {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "created": int(time.time()),
+                "model": body.get("model", "fake-model")}
+        rl = _ratelimit_headers(st, prompt)
+        if not body.get("stream"):
+            resp = {**base, "object": "chat.completion", "choices": [{
+                "index": 0, "message": {"role": "assistant", "content": text},
+                "logprobs": None, "finish_reason": "stop"}]}
+            if usage is not None:
+                resp["usage"] = usage
+            return JSONResponse(resp, headers=rl)
+        st.count("streams")
+        s_opts = body.get("stream_options")
+        include_usage = isinstance(s_opts, dict) and bool(s_opts.get("include_usage"))
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+            data = {**base, "object": "chat.completion.chunk", "choices": choices, **extra}
+            if include_usage:
+                data.setdefault("usage", None)
+            return f"data: {json.dumps(data)}\n\n"
+
+        def delta(d: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {"index": 0, "delta": d, "logprobs": None, "finish_reason": finish}
+
+        events = [chunk([delta({"role": "assistant", "content": ""})])]
+        events += [chunk([delta({"content": p})]) for p in _split(text, opts.stream_chunks)]
+        events.append(chunk([delta({}, "stop")]))
+        if include_usage and usage is not None:
+            events.append(chunk([], usage=usage))
+        events.append("data: [DONE]\n\n")
+        return sse_response(events, opts, rl)
+
+    async def messages(request: Request) -> Response:
+        body, headers, opts = await _prepare(request, st)
+        if opts.status is not None and int(opts.status) >= 400:
+            st.count("errors")
+            return _error(opts, headers, anthropic=True)
+        prompt, cached, text = _token_counts(body)
+        out = len(text) // 4 + 1
+        usage = opts.pick_usage({
+            "input_tokens": prompt - cached, "output_tokens": out,
+            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0,
+        })
+        msg: dict[str, Any] = {
+            "id": "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant",
+            "model": body.get("model", "fake-model"), "content": [], "stop_reason": None,
+            "stop_sequence": None,
+        }
+        rl = _ratelimit_headers(st, prompt)
+        if not body.get("stream"):
+            msg.update(content=[{"type": "text", "text": text}], stop_reason="end_turn")
+            if usage is not None:
+                msg["usage"] = usage
+            return JSONResponse(msg, headers=rl)
+        st.count("streams")
+
+        def ev(kind: str, **data: Any) -> str:
+            return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
+
+        start, final = dict(msg), {}
+        if usage is not None and opts.usage == "custom":
+            start["usage"] = final["usage"] = usage
+        elif usage is not None:
+            start["usage"], final["usage"] = {**usage, "output_tokens": 1}, {"output_tokens": out}
+        events = [ev("message_start", message=start),
+                  ev("content_block_start", index=0, content_block={"type": "text", "text": ""})]
+        events += [ev("content_block_delta", index=0, delta={"type": "text_delta", "text": p})
+                   for p in _split(text, opts.stream_chunks)]
+        events += [ev("content_block_stop", index=0),
+                   ev("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None},
+                      **final),
+                   ev("message_stop")]
+        return sse_response(events, opts, rl)
+
+    async def models(request: Request) -> Response:
+        await _prepare(request, st)
+        data = [{"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
+                for m in ("fake-model", "gpt-4o-mini", "claude-sonnet-4")]
+        return JSONResponse({"object": "list", "data": data})
+
+    app = Starlette(routes=[
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+    ])
+    app.state.closing = closing
+    return app
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock
+
+
+def _config(app: Starlette, fast: bool) -> uvicorn.Config:
+    fast_ok = fast and all(importlib.util.find_spec(m) for m in ("uvloop", "httptools"))
+    return uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1,
+        http="httptools" if fast_ok else "auto", loop="uvloop" if fast_ok else "auto",
+    )
+
+
+class FakeProviderServer:
+    """Runs the fake provider with uvicorn in a background thread on an OS-chosen port."""
+
+    def __init__(self, state: FakeProviderState | None = None, host: str = "127.0.0.1") -> None:
+        """Prepare (but do not start) a server recording into ``state``."""
+        self.state = state if state is not None else FakeProviderState()
+        self.host = host
+        self.port = 0
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._app: Starlette | None = None
+
+    @property
+    def base_url(self) -> str:
+        """OpenAI-style base URL, e.g. ``http://127.0.0.1:PORT/v1``."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self, timeout: float = 5.0) -> Self:
+        """Bind a free port, start serving, and wait until uvicorn is ready."""
+        sock = _bind(self.host, 0)
+        self.port = sock.getsockname()[1]
+        self._app = make_app(self.state)
+        self._server = uvicorn.Server(_config(self._app, fast=False))
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="fake-provider", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("fake provider failed to start")
+            time.sleep(0.005)
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask uvicorn to exit and join the thread; force-exit if it lingers."""
+        if self._server is None or self._thread is None or self._app is None:
+            return
+        self._app.state.closing.set()
+        self._server.should_exit = True
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._server.force_exit = True
+            self._thread.join(timeout)
+        self._server = self._thread = self._app = None
+
+    def __enter__(self) -> Self:
+        """Start the server."""
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the server."""
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Script entry point: serve on ``--port`` until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    args = parser.parse_args(argv)
+    sock = _bind(args.host, args.port)
+    print(f"listening http://{args.host}:{sock.getsockname()[1]}/v1", flush=True)
+    uvicorn.Server(_config(make_app(), fast=True)).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()
