@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import msgspec
-
 from sessionwarden.events.base import Event, parse_tag
 from sessionwarden.events.errors import EventDecodeError, UnknownEventType
 

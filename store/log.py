@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 
 import apsw
-
 from sessionwarden.store.errors import StoreClosed, StoreProgrammingError
 from sessionwarden.store.hashing import GENESIS
 from sessionwarden.store.projections import Projection

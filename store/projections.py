@@ -14,7 +14,6 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 import apsw
-
 from sessionwarden.store.records import RecordedEvent
 
 __all__ = ["Projection", "dump_table", "table_digest", "tracking_name"]

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import apsw
 import msgspec
-
 from sessionwarden.events import CODEC, EventCodec, EventError
 from sessionwarden.store.errors import CorruptStore
 from sessionwarden.store.log import EventLog
 from sessionwarden.store.projections import Projection, dump_table, table_digest, tracking_name
 from sessionwarden.store.records import RecordedEvent
+from sessionwarden.store.schema import query_int
 from sessionwarden.store.verify import verify_chain
 
 __all__ = ["ReplayReport", "rebuild_views", "replay"]
@@ -89,12 +89,12 @@ def _live_snapshot(
     """Positions and table digests of the live views, read in one transaction."""
     conn = log.read_connection()
     with conn:  # one read transaction: positions and rows from the same snapshot
-        positions = set()
-        for projection in projections:
-            rows = conn.execute(
-                "SELECT position FROM tracking WHERE name = ?", (tracking_name(projection),)
-            ).fetchall()
-            positions.add(rows[0][0] if rows else 0)
+        positions = {
+            query_int(
+                conn, "SELECT position FROM tracking WHERE name = ?", (tracking_name(p),)
+            )
+            for p in projections
+        }
         digests = {t: table_digest(conn, t) for p in projections for t in p.tables}
     if len(positions) > 1:
         raise CorruptStore(f"live views are at different positions: {sorted(positions)}")

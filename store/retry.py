@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import apsw
-
 from sessionwarden.store.errors import StoreBusy
 
 __all__ = ["DEFAULT_BUDGET_S", "JITTER_S", "retry_busy"]

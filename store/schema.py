@@ -13,7 +13,6 @@ import threading
 from pathlib import Path
 
 import apsw
-
 from sessionwarden.store.errors import CorruptStore, StoreError, StoreUnavailable
 
 __all__ = [
@@ -22,6 +21,7 @@ __all__ = [
     "connect",
     "default_db_path",
     "ensure_schema",
+    "query_int",
     "translate",
 ]
 
@@ -124,16 +124,23 @@ def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
     return conn
 
 
+def query_int(
+    conn: apsw.Connection, sql: str, args: tuple[object, ...] = (), default: int = 0
+) -> int:
+    """The first column of the first row of ``sql`` as an int (``default`` if none)."""
+    row = conn.execute(sql, args).fetchone()
+    value = row[0] if row else None
+    return value if isinstance(value, int) else default
+
+
 def ensure_schema(conn: apsw.Connection, path: Path) -> None:
     """Create the log's tables on a fresh file, or check an existing file is ours."""
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
-            version = conn.execute("PRAGMA user_version").fetchall()[0][0]
-            tables = conn.execute(
-                "SELECT count(*) FROM sqlite_schema WHERE type = 'table'"
-            ).fetchall()[0][0]
+            app_id = query_int(conn, "PRAGMA application_id")
+            version = query_int(conn, "PRAGMA user_version")
+            tables = query_int(conn, "SELECT count(*) FROM sqlite_schema WHERE type = 'table'")
             if app_id == 0 and version == 0 and tables == 0:
                 conn.execute(_DDL)
                 conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")

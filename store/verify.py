@@ -17,7 +17,6 @@ elsewhere (``replay --verify --expect-head SEQ:HASH``) can reveal it.
 from collections.abc import Iterable
 
 import msgspec
-
 from sessionwarden.store.hashing import GENESIS, event_hash
 from sessionwarden.store.records import RecordedEvent
 

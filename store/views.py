@@ -7,7 +7,6 @@ reference for writing others: aggregate the batch in memory, then upsert once pe
 from collections.abc import Sequence
 
 import apsw
-
 from sessionwarden.store.records import RecordedEvent
 
 __all__ = ["StreamsView"]
@@ -17,7 +16,7 @@ class StreamsView:
     """Projection into ``view_streams``: head version, count and times per stream."""
 
     name = "streams"
-    tables = ("view_streams",)
+    tables: tuple[str, ...] = ("view_streams",)
 
     def create(self, conn: apsw.Connection) -> None:
         """Create ``view_streams``."""
@@ -34,7 +33,8 @@ class StreamsView:
         for e in events:
             row = rows.get(e.stream)
             if row is None:
-                rows[e.stream] = [e.stream, e.version, 1, e.seq, e.seq, e.recorded_at, e.recorded_at]
+                at = e.recorded_at
+                rows[e.stream] = [e.stream, e.version, 1, e.seq, e.seq, at, at]
             else:
                 row[1], row[4], row[6] = e.version, e.seq, e.recorded_at
                 row[2] += 1  # type: ignore[operator]

@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import apsw
-
 from sessionwarden.store.errors import (
     ConflictError,
     IdempotencyConflict,
@@ -41,7 +40,7 @@ from sessionwarden.store.records import (
     Tracking,
 )
 from sessionwarden.store.retry import retry_busy
-from sessionwarden.store.schema import translate
+from sessionwarden.store.schema import query_int, translate
 
 __all__ = ["AppendRequest", "GroupCommitWriter", "utc_now"]
 
@@ -291,10 +290,9 @@ class GroupCommitWriter:
     def _head(self, stream: str) -> int:
         head = self._heads.get(stream)
         if head is None:
-            row = self._conn.execute(
-                "SELECT max(version) FROM events WHERE stream = ?", (stream,)
-            ).fetchone()
-            head = row[0] if row and row[0] is not None else 0
+            head = query_int(
+                self._conn, "SELECT max(version) FROM events WHERE stream = ?", (stream,)
+            )
             self._heads[stream] = head
         return head
 
@@ -328,18 +326,18 @@ class GroupCommitWriter:
             (tracking.name, tracking.position),
         ).fetchone()
         if row is None:
-            current = self._conn.execute(
-                "SELECT position FROM tracking WHERE name = ?", (tracking.name,)
-            ).fetchone()[0]
+            current = query_int(
+                self._conn, "SELECT position FROM tracking WHERE name = ?", (tracking.name,)
+            )
             raise TrackingConflict(tracking.name, tracking.position, current)
 
     def _catch_up_views(self, head: int) -> None:
         """Fold events appended by other processes into views that lag behind."""
         for projection in self._projections:
-            row = self._conn.execute(
-                "SELECT position FROM tracking WHERE name = ?", (tracking_name(projection),)
-            ).fetchone()
-            position = row[0] if row else 0
+            position = query_int(
+                self._conn, "SELECT position FROM tracking WHERE name = ?",
+                (tracking_name(projection),),
+            )
             while position < head:
                 page = [
                     RecordedEvent(*r)

@@ -1,0 +1,96 @@
+"""The ``sessionwarden`` command: argument parsing, dispatch, and errors without tracebacks.
+
+Every subcommand is a function ``run(args, db) -> exit code``. Errors a user can cause
+(:class:`~sessionwarden.errors.SessionwardenError`) become one line on stderr and their
+exit code; a bug becomes one line naming the exception type and a pointer to
+``--debug``, which shows the traceback for developers.
+"""
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sessionwarden import __version__
+from sessionwarden.cmd.cli_log import add_log_commands
+from sessionwarden.cmd.errors import CommandError
+from sessionwarden.errors import SessionwardenError
+from sessionwarden.store import default_db_path
+from sessionwarden.store.errors import CorruptStore, StoreUnavailable
+
+__all__ = ["build_parser", "main"]
+
+#: Exit code for a database that cannot be opened or is corrupt (EX_IOERR / EX_DATAERR).
+EXIT_UNAVAILABLE = 74
+EXIT_CORRUPT = 65
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser of the CLI."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--db", type=Path, default=None,
+        help="event log (default: $SESSIONWARDEN_DB, else the user's state directory)",
+    )
+    common.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    parser = argparse.ArgumentParser(
+        prog="sessionwarden",
+        description="Govern long LLM-agent sessions; audit every decision in an event log.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"sessionwarden {__version__}")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    sub.required = True
+    # Subparsers copy --db so it may stand before or after the command name.
+    original = sub.add_parser
+
+    def add_parser(name: str, **kwargs: object) -> argparse.ArgumentParser:
+        kwargs.setdefault("parents", [common])
+        return original(name, **kwargs)  # type: ignore[arg-type]
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
+    add_log_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code (and exits with it as a script)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    db: Path = args.db or default_db_path(dict(os.environ))
+    try:
+        code: int = args.run(args, db)
+    except CommandError as exc:
+        print(f"sessionwarden: {exc}", file=sys.stderr)
+        code = exc.exit_code
+    except CorruptStore as exc:
+        print(f"sessionwarden: {exc}", file=sys.stderr)
+        code = EXIT_CORRUPT
+    except StoreUnavailable as exc:
+        print(f"sessionwarden: {exc}", file=sys.stderr)
+        code = EXIT_UNAVAILABLE
+    except SessionwardenError as exc:
+        print(f"sessionwarden: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`); silence the flush at exit too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 0
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(
+            f"sessionwarden: internal error ({type(exc).__name__}: {exc}); "
+            "rerun with --debug for details",
+            file=sys.stderr,
+        )
+        code = 70
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
