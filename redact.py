@@ -93,8 +93,7 @@ class _Compiled:
         ordered = sorted(set(secrets), key=lambda s: (-len(s), s))
         self.text_repl = {s: placeholder(s) for s in ordered}
         self.bytes_repl = {
-            s.encode("utf-8", "surrogatepass"): r.encode("ascii")
-            for s, r in self.text_repl.items()
+            s.encode("utf-8", "surrogatepass"): r.encode("ascii") for s, r in self.text_repl.items()
         }
         self.text_re: re.Pattern[str] | None = None
         self.bytes_re: re.Pattern[bytes] | None = None

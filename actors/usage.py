@@ -33,7 +33,6 @@ from collections.abc import Mapping
 from typing import Annotated, Literal, get_args
 
 import msgspec
-
 from sessionwarden.actors.errors import UsageRejected
 
 __all__ = [

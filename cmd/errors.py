@@ -48,11 +48,11 @@ class UsageError(CommandError):
 
 
 class UnknownModel(CommandError):
-    """A model name is neither ``"<provider>/<model>"`` with a configured provider nor a
-    name listed under ``[[models]]``.
+    """A model name that the configuration cannot resolve.
 
-    The proxy turns it into a 404 for the client; the CLI exits with EX_CONFIG because the
-    fix is to configure the model or provider.
+    It is neither ``"<provider>/<model>"`` with a configured provider nor a name listed
+    under ``[[models]]``. The proxy turns it into a 404 for the client; the CLI exits
+    with EX_CONFIG because the fix is to configure the model or provider.
 
     Attributes:
         model: the name that could not be resolved.
@@ -65,7 +65,6 @@ class UnknownModel(CommandError):
         hint = f" (configured: {', '.join(known)})" if known else ""
         shown = model if len(model) <= 200 else model[:200] + "…"
         super().__init__(
-            f"unknown model {shown!r}: use '<provider>/<model>' or a name under "
-            f"[[models]]{hint}"
+            f"unknown model {shown!r}: use '<provider>/<model>' or a name under [[models]]{hint}"
         )
         self.model = model

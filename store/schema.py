@@ -42,12 +42,15 @@ CREATE TABLE IF NOT EXISTS events (
     type            TEXT    NOT NULL,
     schema_version  INTEGER NOT NULL,
     recorded_at     TEXT    NOT NULL,
-    idempotency_key TEXT    UNIQUE,
+    idempotency_key TEXT,
     data            BLOB    NOT NULL,
     prev_hash       BLOB    NOT NULL,
     hash            BLOB    NOT NULL,
     UNIQUE (stream, version)
 );
+-- Partial: most events carry no key, and a NULL entry per event would only cost writes.
+CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency_key ON events (idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
 BEGIN SELECT RAISE(ABORT, 'the event log is append-only: UPDATE is forbidden'); END;
 CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events

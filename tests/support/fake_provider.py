@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
 import socket
@@ -407,14 +408,25 @@ class FakeProviderServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Script entry point: serve on ``--port`` until SIGTERM/SIGINT."""
+    """Script entry point: serve on ``--port`` until SIGTERM/SIGINT.
+
+    Prints ``listening http://HOST:PORT/v1`` once ready. uvicorn re-raises the signal after a
+    graceful shutdown, so SIGTERM ends with status -SIGTERM; SIGINT exits 0.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     args = parser.parse_args(argv)
     sock = _bind(args.host, args.port)
-    print(f"listening http://{args.host}:{sock.getsockname()[1]}/v1", flush=True)
-    uvicorn.Server(_config(make_app(), fast=True)).run(sockets=[sock])
+    line = f"listening http://{args.host}:{sock.getsockname()[1]}/v1"
+
+    class _Announcing(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            print(line, flush=True)  # only once ready and signal handlers are installed
+
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises SIGINT after shutdown
+        _Announcing(_config(make_app(), fast=True)).run(sockets=[sock])
 
 
 if __name__ == "__main__":
