@@ -4,13 +4,15 @@ The tree::
 
     SessionwardenError
     └── ActorError
-        └── UsageRejected     a provider usage block that cannot be trusted (the caller
-                              records the rejection and estimates the usage instead)
+        ├── UsageRejected     a provider usage block that cannot be trusted (the caller
+        │                     records the rejection and estimates the usage instead)
+        ├── ActorUnavailable  an actor did not answer in time (it may be restarting)
+        └── NoCredential      a provider has no usable key in its pool
 """
 
 from sessionwarden.errors import SessionwardenError
 
-__all__ = ["ActorError", "UsageRejected"]
+__all__ = ["ActorError", "ActorUnavailable", "NoCredential", "UsageRejected"]
 
 
 class ActorError(SessionwardenError):
@@ -33,3 +35,11 @@ class UsageRejected(ActorError):
         super().__init__(f"usage rejected: {field or 'usage'}: {reason}")
         self.field = field
         self.reason = reason
+
+
+class ActorUnavailable(ActorError):
+    """An actor did not answer within the deadline: it is overloaded or being restarted."""
+
+
+class NoCredential(ActorError):
+    """A provider's pool has no key that can serve a call."""

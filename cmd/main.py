@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sessionwarden import __version__
 from sessionwarden.cmd.cli_log import add_log_commands
+from sessionwarden.cmd.daemon import add_daemon_command
 from sessionwarden.cmd.errors import CommandError
 from sessionwarden.errors import SessionwardenError
 from sessionwarden.store import default_db_path
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         return original(name, **kwargs)  # type: ignore[arg-type]
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
+    add_daemon_command(sub)
     add_log_commands(sub)
     return parser
 

@@ -6,14 +6,27 @@ decode with it. To add an event type, see "How to add an event type" in ARCHITEC
 
 from sessionwarden.events.base import Event, parse_tag
 from sessionwarden.events.codec import EncodedEvent, EventCodec, Upcaster
-from sessionwarden.events.credentials import CredentialAdded, CredentialRemoved
+from sessionwarden.events.credentials import (
+    CredentialAdded,
+    CredentialRemoved,
+    LeaseAcquired,
+    LeaseReleased,
+)
 from sessionwarden.events.errors import EventDecodeError, EventError, UnknownEventType
-from sessionwarden.events.session import SESSION_UPCASTERS, SessionStarted
+from sessionwarden.events.session import (
+    SESSION_UPCASTERS,
+    CallAdmitted,
+    RateLimitBucketSeen,
+    SessionStarted,
+    UpstreamResponded,
+)
 from sessionwarden.events.store_events import WalCheckpointed
+from sessionwarden.events.usage import UsageRecorded
 
 __all__ = [
     "ALL_EVENTS",
     "CODEC",
+    "CallAdmitted",
     "CredentialAdded",
     "CredentialRemoved",
     "EncodedEvent",
@@ -21,9 +34,14 @@ __all__ = [
     "EventCodec",
     "EventDecodeError",
     "EventError",
+    "LeaseAcquired",
+    "LeaseReleased",
+    "RateLimitBucketSeen",
     "SessionStarted",
     "UnknownEventType",
     "Upcaster",
+    "UpstreamResponded",
+    "UsageRecorded",
     "WalCheckpointed",
     "parse_tag",
 ]
@@ -31,8 +49,13 @@ __all__ = [
 #: Every current event class; a class missing here cannot be written or read.
 ALL_EVENTS: tuple[type[Event], ...] = (
     SessionStarted,
+    CallAdmitted,
+    UpstreamResponded,
     CredentialAdded,
     CredentialRemoved,
+    LeaseAcquired,
+    LeaseReleased,
+    UsageRecorded,
     WalCheckpointed,
 )
 

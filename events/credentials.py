@@ -6,7 +6,7 @@ No event ever carries a secret: ``ref`` is where the key comes from (``env:NAME`
 
 from sessionwarden.events.base import Event
 
-__all__ = ["CredentialAdded", "CredentialRemoved"]
+__all__ = ["CredentialAdded", "CredentialRemoved", "LeaseAcquired", "LeaseReleased"]
 
 
 class CredentialAdded(Event, frozen=True, tag="credential.added.v1"):
@@ -24,3 +24,20 @@ class CredentialRemoved(Event, frozen=True, tag="credential.removed.v1"):
     provider: str
     fingerprint: str
     reason: str = ""
+
+
+class LeaseAcquired(Event, frozen=True, tag="credential.lease_acquired.v1"):
+    """A key was leased to serve one call."""
+
+    provider: str
+    fingerprint: str
+    call_id: str
+
+
+class LeaseReleased(Event, frozen=True, tag="credential.lease_released.v1"):
+    """A call finished with its key; ``status`` is the upstream HTTP status (0: none)."""
+
+    provider: str
+    fingerprint: str
+    call_id: str
+    status: int = 0

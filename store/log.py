@@ -46,8 +46,12 @@ class EventLog:
         projections: Sequence[Projection] = (),
         clock: Callable[[], datetime] = utc_now,
         busy_budget_s: float = 30.0,
+        autocheckpoint: bool = True,
     ) -> None:
         """Open (and, unless ``readonly``, create) the log at ``path``.
+
+        ``autocheckpoint=False`` leaves WAL checkpoints to the caller (the daemon's
+        CheckpointActor), so no commit ever pays for one.
 
         Raises:
             StoreUnavailable: the file cannot be opened (or is missing when read-only).
@@ -65,6 +69,8 @@ class EventLog:
             self._reader()  # fail now, not at first read, when the file is missing
             return
         conn = connect(self.path)
+        if not autocheckpoint:
+            conn.wal_autocheckpoint(0)
         try:
             retry_busy(lambda: ensure_schema(conn, self.path), budget_s=busy_budget_s)
             retry_busy(lambda: self._create_views(conn), budget_s=busy_budget_s)
@@ -132,6 +138,16 @@ class EventLog:
             raise StoreProgrammingError("this event log was opened read-only")
         _validate(appends, tracking)
         return self._writer.submit(appends, tracking, callback)
+
+    def add_commit_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(events)`` from the writer thread after every commit that wrote.
+
+        The listener must be quick and must not append synchronously (it runs in the
+        writer's thread).
+        """
+        if self._writer is None:
+            raise StoreProgrammingError("this event log was opened read-only")
+        self._writer.add_commit_listener(listener)
 
     # -- reading -----------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import apsw
+from loguru import logger
 from sessionwarden.store.errors import (
     ConflictError,
     IdempotencyConflict,
@@ -82,7 +83,10 @@ class AppendRequest:
         self.results, self.error = results, error
         self._done.release()
         if self._callback is not None:
-            self._callback(self)
+            try:
+                self._callback(self)
+            except Exception as exc:  # a callback's failure must never stop the writer
+                logger.warning("append callback failed: {}: {}", type(exc).__name__, exc)
 
     def wait(self, timeout: float | None = None) -> list[AppendResult]:
         """Block until the request is committed; raise its error if it failed."""
@@ -121,7 +125,9 @@ class GroupCommitWriter:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._heads: dict[str, int] = {}
         self._last_seq = -1  # unknown until our first commit
+        self._last_written = 0
         self._closed = False
+        self._listeners: list[Callable[[int], None]] = []
         self._thread = threading.Thread(target=self._run, name="sw-store-writer", daemon=True)
         self._thread.start()
 
@@ -138,6 +144,10 @@ class GroupCommitWriter:
         else:
             self._queue.put(request)
         return request
+
+    def add_commit_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(events)`` in the writer thread after each commit that wrote."""
+        self._listeners.append(listener)
 
     def close(self, timeout: float = 30.0) -> None:
         """Commit what is queued, stop the thread and close the connection."""
@@ -191,6 +201,7 @@ class GroupCommitWriter:
 
     def _commit(self, group: list[AppendRequest]) -> None:
         outcomes: list[_Outcome]
+        self._last_written = 0
         try:
             try:
                 outcomes = retry_busy(
@@ -211,6 +222,13 @@ class GroupCommitWriter:
             outcomes = [(None, _bug(exc))] * len(group)
         for request, (results, error) in zip(group, outcomes, strict=True):
             request.finish(results, error)
+        written = self._last_written
+        if written and self._listeners:
+            for listener in self._listeners:
+                try:
+                    listener(written)
+                except Exception as exc:
+                    logger.warning("commit listener failed: {}: {}", type(exc).__name__, exc)
 
     def _transaction(self, group: list[AppendRequest], careful: bool) -> list["_Outcome"]:
         """Plan every request against the current head, write, commit.
@@ -277,6 +295,7 @@ class GroupCommitWriter:
             self._heads.clear()
             self._last_seq = -1
             raise
+        self._last_written = seq - start
         self._last_seq = seq
         return outcomes
 

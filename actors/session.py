@@ -1,0 +1,158 @@
+"""SessionActor: owns each session's stream; sessions are sharded and passivated.
+
+Many sessions must not mean many threads, so a fixed number of shards (actors) share
+them, chosen by a stable hash of the session id. A shard keeps the sessions it has seen
+recently in an LRU map and passivates the least recently used once it holds too many;
+a passivated session is recovered on demand from the ``view_sessions`` snapshot, which
+the store keeps in step with the stream. A session with appends still in flight is never
+passivated, so a recovery never reads a snapshot that is about to change.
+
+Stream ``session-<id>``: SessionStarted (appended with ``NO_STREAM``, so a session can
+never be started twice), CallAdmitted, UpstreamResponded.
+"""
+
+import zlib
+from collections import OrderedDict
+from typing import Any
+
+from sessionwarden.actors.bridge import GovernedActor, Reply
+from sessionwarden.actors.messages import Admit, Responded, new_event
+from sessionwarden.events import CallAdmitted, SessionStarted
+from sessionwarden.store import ANY, NO_STREAM, EventLog, NewEvent, StreamAppend
+from sessionwarden.store.errors import WrongExpectedVersion
+from sessionwarden.store.schema import query_int
+from sessionwarden.store.writer import AppendRequest
+
+__all__ = ["SessionActor", "session_shard", "session_stream"]
+
+
+def session_stream(session_id: str) -> str:
+    """The stream of a session."""
+    return f"session-{session_id}"
+
+
+def session_shard(session_id: str, shards: int) -> int:
+    """The shard that owns ``session_id`` (stable across restarts)."""
+    return zlib.crc32(session_id.encode()) % shards
+
+
+class _Session:
+    __slots__ = ("calls", "pending", "started")
+
+    def __init__(self, started: bool, calls: int) -> None:
+        self.started = started
+        self.calls = calls
+        self.pending = 0
+
+
+class _Appended:
+    """Told by the store's writer thread when a session append finished."""
+
+    __slots__ = ("request", "session_id")
+
+    def __init__(self, session_id: str, request: AppendRequest) -> None:
+        self.session_id = session_id
+        self.request = request
+
+
+class SessionActor(GovernedActor):
+    """One shard of the sessions: admits calls and records upstream responses."""
+
+    def __init__(
+        self, log: EventLog, *, max_sessions: int = 2000, on_failure: Any = None
+    ) -> None:
+        """Serve sessions from ``log``, keeping at most ``max_sessions`` in memory."""
+        super().__init__(on_failure)
+        self._log = log
+        self._max = max_sessions
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self.passivated = 0
+
+    def handle(self, message: object, reply: Reply) -> object:
+        """Dispatch Admit, Responded and the writer's completions."""
+        if isinstance(message, Admit):
+            self._admit(message)
+            return None
+        if isinstance(message, Responded):
+            event = message.event
+            self._append(event.session_id, [new_event(event)], self._get(event.session_id))
+            return None
+        if isinstance(message, _Appended):
+            self._appended(message)
+            return None
+        raise TypeError(f"SessionActor cannot handle {type(message).__name__}")
+
+    def _get(self, session_id: str) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._recover(session_id)
+            self._sessions[session_id] = session
+            self._passivate()
+        else:
+            self._sessions.move_to_end(session_id)
+        return session
+
+    def _recover(self, session_id: str) -> _Session:
+        calls = query_int(
+            self._log.read_connection(),
+            "SELECT calls FROM view_sessions WHERE session_id = ?", (session_id,), -1,
+        )
+        return _Session(started=calls >= 0, calls=max(calls, 0))
+
+    def _passivate(self) -> None:
+        if len(self._sessions) <= self._max:
+            return
+        for session_id, session in list(self._sessions.items()):
+            if len(self._sessions) <= self._max:
+                break
+            if session.pending == 0:
+                del self._sessions[session_id]
+                self.passivated += 1
+
+    def _admit(self, admit: Admit) -> None:
+        session = self._get(admit.session_id)
+        admitted = new_event(
+            CallAdmitted(
+                call_id=admit.call_id, session_id=admit.session_id, provider=admit.provider,
+                model=admit.model, message_count=admit.message_count,
+                estimated_tokens=admit.estimated_tokens, stream=admit.stream,
+            )
+        )
+        if session.started:
+            self._append(admit.session_id, [admitted], session)
+        else:
+            started = new_event(
+                SessionStarted(
+                    session_id=admit.session_id, model=f"{admit.provider}/{admit.model}",
+                    client=admit.client,
+                )
+            )
+            session.started = True
+            self._append(admit.session_id, [started, admitted], session, NO_STREAM)
+        session.calls += 1
+
+    def _append(
+        self, session_id: str, events: list[NewEvent], session: _Session, expected: Any = ANY
+    ) -> None:
+        session.pending += 1
+        ref = self.actor_ref
+        self._log.submit(
+            [StreamAppend(session_stream(session_id), tuple(events), expected)],
+            callback=lambda request: ref.tell(_Appended(session_id, request)),
+        )
+
+    def _appended(self, done: _Appended) -> None:
+        session = self._sessions.get(done.session_id)
+        if session is not None:
+            session.pending -= 1
+        error = done.request.error
+        if isinstance(error, WrongExpectedVersion):
+            # The session already had a stream (started by an earlier instance whose
+            # append was still in flight when we recovered): keep the call's events,
+            # drop the duplicate start.
+            rest = [e for e in done.request.appends[0].events
+                    if e.type != SessionStarted.type_tag()]
+            if rest and session is not None:
+                self._append(done.session_id, rest, session)
+        elif error is not None:
+            raise error  # a store failure: let the supervisor restart us from the log

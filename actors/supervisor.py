@@ -1,0 +1,129 @@
+"""Starts the actors in dependency order, restarts the one that fails, stops them in reverse.
+
+pykka has no supervision, so this is a small Erlang-style one-for-one supervisor. Each
+child is described by an :class:`ActorSpec` whose ``start`` builds a fresh actor that
+recovers its state from the log in ``on_start``. A failed child is restarted on a
+background thread (never in the dying actor's own thread) after a short backoff; callers
+that look the child up through :meth:`Supervisor.ref` reach the new instance, and calls
+that were queued on the dead one time out into ``ActorUnavailable`` rather than hang.
+A child that fails more than ``max_restarts`` times within ``window_s`` is given up on and
+reported: the daemon then answers 503 for what needs it, instead of flapping forever.
+"""
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import pykka
+from loguru import logger
+from sessionwarden.actors.bridge import Ping
+
+__all__ = ["ActorSpec", "Supervisor"]
+
+OnFailure = Callable[[BaseException], None]
+
+
+class ActorSpec(NamedTuple):
+    """A supervised child: its name and how to start a fresh instance."""
+
+    name: str
+    start: Callable[[OnFailure], "pykka.ActorRef[Any]"]
+
+
+class Supervisor:
+    """One-for-one supervision of a fixed list of actors."""
+
+    def __init__(
+        self,
+        specs: list[ActorSpec],
+        *,
+        max_restarts: int = 5,
+        window_s: float = 60.0,
+        backoff_s: float = 0.05,
+        start_timeout_s: float = 30.0,
+    ) -> None:
+        """Describe the children; nothing starts before :meth:`start`."""
+        self._specs = {spec.name: spec for spec in specs}
+        self._order = [spec.name for spec in specs]
+        self._refs: dict[str, pykka.ActorRef[Any]] = {}
+        self._failures: dict[str, deque[float]] = {name: deque() for name in self._order}
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._max_restarts = max_restarts
+        self._window_s = window_s
+        self._backoff_s = backoff_s
+        self._start_timeout_s = start_timeout_s
+        self.restarts: dict[str, int] = dict.fromkeys(self._order, 0)
+        self.given_up: set[str] = set()
+
+    def start(self) -> None:
+        """Start every child in order, each answering a ping before the next starts."""
+        for name in self._order:
+            self._start(name)
+
+    def _start(self, name: str) -> None:
+        spec = self._specs[name]
+        ref = spec.start(lambda exc: self._failed(name, exc))
+        # pykka runs on_start in the actor's thread; a failed recovery stops the actor,
+        # which this ping turns into an exception here instead of a silent dead ref.
+        ref.ask(Ping(), timeout=self._start_timeout_s)
+        with self._lock:
+            self._refs[name] = ref
+
+    def ref(self, name: str) -> "pykka.ActorRef[Any]":
+        """The current instance of child ``name``."""
+        return self._refs[name]
+
+    def names(self) -> list[str]:
+        """The children, in start order."""
+        return list(self._order)
+
+    def _failed(self, name: str, exc: BaseException) -> None:
+        if self._stopping:
+            return
+        logger.error("actor {} failed: {}: {}; restarting", name, type(exc).__name__, exc)
+        threading.Thread(
+            target=self._restart, args=(name,), name=f"sw-restart-{name}", daemon=True
+        ).start()
+
+    def _restart(self, name: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            failures = self._failures[name]
+            failures.append(now)
+            while failures and now - failures[0] > self._window_s:
+                failures.popleft()
+            attempts = len(failures)
+        if attempts > self._max_restarts:
+            self.given_up.add(name)
+            logger.critical(
+                "actor {} failed {} times in {:.0f} s; not restarting it", name, attempts,
+                self._window_s,
+            )
+            return
+        time.sleep(self._backoff_s * 2 ** (attempts - 1))
+        if self._stopping:
+            return
+        try:
+            self._start(name)
+        except Exception as exc:
+            self._failed(name, exc)
+            return
+        self.restarts[name] += 1
+        logger.info("actor {} restarted (state recovered from the log)", name)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the children in reverse start order, each after its queued messages."""
+        self._stopping = True
+        for name in reversed(self._order):
+            ref = self._refs.get(name)
+            if ref is None:
+                continue
+            try:
+                ref.stop(block=True, timeout=timeout)
+            except pykka.ActorDeadError:
+                pass
+            except pykka.Timeout:
+                logger.warning("actor {} did not stop within {:.0f} s", name, timeout)

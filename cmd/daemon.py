@@ -1,0 +1,156 @@
+"""``sessionwarden daemon``: run the actors, the proxy and the control API until signalled.
+
+Start-up order: configuration (a bad file exits 78 naming the key), the database's
+single-instance lock (a second daemon on the same database exits 74 at once and leaves
+the first untouched), the listening socket (bound before anything else starts, so a port
+clash is a one-line error), the actors (each recovers from the log), then the server.
+SIGINT/SIGTERM stop accepting, let in-flight requests finish (bounded), stop the actors in
+reverse order, run a TRUNCATE checkpoint, release the lock and exit 0.
+"""
+
+import argparse
+import os
+import secrets
+import signal
+import socket
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from loguru import logger
+from sessionwarden.cmd.config import load_config
+from sessionwarden.cmd.errors import CommandError, UsageError
+from sessionwarden.cmd.http import ASGIReceive, ASGISend
+from sessionwarden.cmd.logs import setup_logging
+from sessionwarden.cmd.runtime import Runtime
+from sessionwarden.cmd.server import LOOPBACK_NAMES, DaemonApp
+from sessionwarden.store import InstanceLock
+
+__all__ = ["add_daemon_command", "load_token", "run_daemon"]
+
+TOKEN_ENV = "SESSIONWARDEN_TOKEN"
+_GRACE_S = 30
+
+
+def add_daemon_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Register ``daemon`` on the CLI's subparsers."""
+    p = sub.add_parser("daemon", help="run the proxy and control API until SIGINT/SIGTERM")
+    p.add_argument("--config", type=Path, default=None,
+                   help="TOML config (default: $SESSIONWARDEN_CONFIG, else the environment)")
+    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default 8787; 0 picks one)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow binding a non-loopback address (clients still need the token)")
+    p.add_argument("--log-json", action="store_true", help="log JSON lines")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    p.set_defaults(run=run_daemon)
+
+
+def load_token(db: Path, environ: dict[str, str]) -> tuple[str, Path | None]:
+    """The clients' bearer token: ``$SESSIONWARDEN_TOKEN``, else a 0600 file by the db."""
+    explicit = environ.get(TOKEN_ENV, "").strip()
+    if explicit:
+        return explicit, None
+    path = db.parent / "token"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        token = path.read_text().strip()
+        if not token:
+            raise CommandError(f"{path}: the token file is empty; delete it") from None
+        return token, path
+    with os.fdopen(fd, "w") as file:
+        token = secrets.token_urlsafe(32)
+        file.write(token + "\n")
+    return token, path
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises the stop signal after shutdown; a clean stop here exits 0."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        else:
+            self.should_exit = True
+
+
+class _Lifespan:
+    """Closes the upstream client inside the event loop when the server stops."""
+
+    def __init__(self, app: DaemonApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: ASGIReceive, send: ASGISend) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.app.runtime.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_daemon(args: argparse.Namespace, db: Path) -> int:
+    """Run the daemon until SIGINT/SIGTERM; return 0 after a clean shutdown."""
+    environ = dict(os.environ)
+    config = load_config(args.config, environ)
+    host = args.host or config.daemon.host
+    port = config.daemon.port if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be 0-65535, not {port}")
+    remote = host not in LOOPBACK_NAMES
+    if remote and not args.allow_remote:
+        raise UsageError(f"refusing to bind {host}: not a loopback address (pass --allow-remote)")
+    setup_logging(json=args.log_json, level=args.log_level.upper())
+    lock = InstanceLock(db)
+    try:
+        token, token_path = load_token(db, environ)
+        sock = _bind(host, port)
+        port = sock.getsockname()[1]
+        runtime = Runtime(config, db, environ)
+        try:
+            runtime.start()
+            hosts = LOOPBACK_NAMES | {host.lower()} if remote else LOOPBACK_NAMES
+            app = DaemonApp(runtime, token, max_body_bytes=config.daemon.max_body_mib << 20,
+                            allowed_hosts=hosts)
+            server = _Server(uvicorn.Config(
+                _Lifespan(app), lifespan="on", log_config=None, access_log=False,
+                timeout_graceful_shutdown=_GRACE_S, server_header=False,
+            ))
+            if remote:
+                logger.warning("listening on non-loopback {}: anyone who can reach it and "
+                               "holds the token can spend your keys", host)
+            shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+            logger.info("sessionwarden listening on http://{}:{}/v1 (db {})", shown, port, db)
+            source = f"file {token_path}" if token_path else f"${TOKEN_ENV}"
+            logger.info("clients authenticate with the bearer token from {}", source)
+            server.run(sockets=[sock])
+        finally:
+            logger.info("stopping actors and flushing the log")
+            runtime.stop()
+    finally:
+        lock.release()
+    logger.info("stopped cleanly")
+    logger.complete()
+    return 0

@@ -1,0 +1,56 @@
+"""Logging for the daemon: loguru sinks, with every secret redacted in every sink.
+
+Readable lines on a terminal, or JSON lines with ``--log-json``. A patcher runs the
+redactor over each record's message and extra fields before any sink sees it, so a key
+that reaches a log call by accident (an upstream error echoing it, say) is replaced by
+its fingerprint. Tracebacks are never rendered with variable values (``diagnose=False``).
+Standard-library logging (uvicorn, pykka) is routed into loguru so it is redacted too.
+"""
+
+import logging
+import sys
+from typing import Any
+
+from loguru import logger
+from sessionwarden.redact import default_redactor
+
+__all__ = ["setup_logging"]
+
+
+def _redact(record: Any) -> None:
+    record["message"] = default_redactor.redact(record["message"])
+    for key, value in record["extra"].items():
+        if isinstance(value, str):
+            record["extra"][key] = default_redactor.redact(value)
+    if record["exception"] is not None:
+        # Keep the type and a redacted message; drop the traceback object itself.
+        exc_type, exc, _ = record["exception"]
+        record["message"] += f" ({exc_type.__name__ if exc_type else 'error'}: " \
+            f"{default_redactor.redact(str(exc))})"
+        record["exception"] = None
+
+
+class _Intercept(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level: str | int = logger.level(record.levelname).name
+        except ValueError:
+            level = record.levelno
+        logger.opt(depth=6).log(level, record.getMessage())
+
+
+def setup_logging(*, json: bool = False, level: str = "INFO") -> None:
+    """Configure loguru for the daemon (call once, in the entry point)."""
+    logger.remove()
+    logger.configure(patcher=_redact)
+    if json:
+        logger.add(sys.stderr, level=level, serialize=True, backtrace=False, diagnose=False)
+    else:
+        logger.add(
+            sys.stderr, level=level, backtrace=False, diagnose=False,
+            format="<green>{time:HH:mm:ss.SSS}</green> <level>{level: <7}</level> {message}",
+        )
+    logging.basicConfig(handlers=[_Intercept()], level=logging.WARNING, force=True)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "pykka"):
+        logging.getLogger(name).handlers = [_Intercept()]
+        logging.getLogger(name).propagate = False

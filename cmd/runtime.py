@@ -1,0 +1,115 @@
+"""The daemon's runtime: the event log, the supervised actors and the upstream client.
+
+:class:`Runtime` is built once by ``sessionwarden daemon`` and handed to the HTTP layer.
+Actors start in dependency order — CheckpointActor first (it must see every commit),
+then RateGuard, CredentialPool, UsageLedger, Compressor and the session shards — and stop
+in reverse, so the ledger and pool have flushed their appends before the final TRUNCATE
+checkpoint runs and the log closes.
+"""
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pykka
+from sessionwarden.actors.checkpoint import CheckpointActor
+from sessionwarden.actors.credentials import CredentialPoolActor
+from sessionwarden.actors.ledger import UsageLedgerActor
+from sessionwarden.actors.messages import Committed
+from sessionwarden.actors.session import SessionActor, session_shard
+from sessionwarden.actors.shells import CompressorActor, RateGuardActor
+from sessionwarden.actors.supervisor import ActorSpec, Supervisor
+from sessionwarden.cmd.config import Config
+from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.store import EventLog
+
+__all__ = ["Runtime"]
+
+OnFailure = Callable[[BaseException], None]
+
+
+class Runtime:
+    """Everything a running daemon owns, started and stopped as one."""
+
+    def __init__(
+        self,
+        config: Config,
+        db_path: Path,
+        environ: Mapping[str, str],
+        *,
+        session_shards: int = 4,
+        max_sessions_per_shard: int = 2000,
+        checkpoint_every: int = 50,
+        max_wal_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        """Open the log; actors start in :meth:`start`."""
+        self.config = config
+        self.log = EventLog(db_path, projections=default_projections(), autocheckpoint=False)
+        self.shards = session_shards
+        log = self.log
+
+        def checkpoint(on_failure: OnFailure) -> Any:
+            return _CheckpointStarter(log, checkpoint_every, max_wal_bytes, on_failure).start()
+
+        specs = [
+            ActorSpec("checkpoint", checkpoint),
+            ActorSpec("rateguard", lambda f: RateGuardActor.start(f)),
+            ActorSpec("credentials", lambda f: CredentialPoolActor.start(
+                log, config.providers, environ, on_failure=f)),
+            ActorSpec("ledger", lambda f: UsageLedgerActor.start(log, on_failure=f)),
+            ActorSpec("compressor", lambda f: CompressorActor.start(f)),
+        ]
+        specs += [
+            ActorSpec(f"session-{i}", lambda f: SessionActor.start(
+                log, max_sessions=max_sessions_per_shard, on_failure=f))
+            for i in range(session_shards)
+        ]
+        self.supervisor = Supervisor(specs)
+        self.http = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=30.0),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            follow_redirects=False,
+        )
+
+    def start(self) -> None:
+        """Start every actor (each recovers its state from the log)."""
+        self.supervisor.start()
+
+    def session_ref(self, session_id: str) -> "pykka.ActorRef[Any]":
+        """The shard that owns ``session_id``."""
+        return self.supervisor.ref(f"session-{session_shard(session_id, self.shards)}")
+
+    def ref(self, name: str) -> "pykka.ActorRef[Any]":
+        """The current instance of actor ``name``."""
+        return self.supervisor.ref(name)
+
+    async def aclose(self) -> None:
+        """Close the upstream client (in the event loop, before :meth:`stop`)."""
+        await self.http.aclose()
+
+    def stop(self) -> None:
+        """Stop the actors in reverse order, then flush and close the log."""
+        self.supervisor.stop()
+        self.log.close()
+
+
+class _CheckpointStarter:
+    """Starts a CheckpointActor and subscribes it to the store's commits."""
+
+    def __init__(self, log: EventLog, every: int, max_wal: int, on_failure: OnFailure) -> None:
+        self._log, self._every, self._max_wal, self._on_failure = log, every, max_wal, on_failure
+
+    def start(self) -> "pykka.ActorRef[Any]":
+        ref = CheckpointActor.start(
+            self._log, every=self._every, max_wal_bytes=self._max_wal, on_failure=self._on_failure
+        )
+
+        def committed(events: int) -> None:
+            # A restarted checkpoint actor subscribes anew; the old ref is dead, so its
+            # tell raises and the writer merely logs it.
+            if ref.is_alive():
+                ref.tell(Committed(events))
+
+        self._log.add_commit_listener(committed)
+        return ref

@@ -1,0 +1,132 @@
+"""The daemon's ASGI application: security checks first, then a dict of routes.
+
+Every request is checked before routing, in this order: the Host header must name this
+machine (a loopback name, or the explicitly allowed bind address), which defeats DNS
+rebinding from a browser; every path but ``/healthz`` needs ``Authorization: Bearer
+<token>`` (compared in constant time); a body larger than the cap is refused with 413 as
+soon as its declared or received size exceeds it, without reading it whole. Any error
+that escapes a handler becomes a 500 with a one-line message; a client never sees a
+traceback.
+"""
+
+import hmac
+import time
+from collections.abc import MutableMapping
+from typing import Any
+
+from loguru import logger
+from sessionwarden import __version__
+from sessionwarden.cmd.http import (
+    ASGIReceive,
+    ASGISend,
+    BodyTooLarge,
+    header_map,
+    read_body,
+    send_error,
+    send_json,
+)
+from sessionwarden.cmd.proxy import chat_completions
+from sessionwarden.cmd.runtime import Runtime
+
+__all__ = ["LOOPBACK_NAMES", "DaemonApp"]
+
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def _host_name(host: str) -> str:
+    """``host`` without its port (``[::1]:8787`` → ``[::1]``)."""
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class DaemonApp:
+    """The proxy and control API as one raw ASGI callable."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        token: str,
+        *,
+        max_body_bytes: int,
+        allowed_hosts: frozenset[str] = LOOPBACK_NAMES,
+    ) -> None:
+        """Serve ``runtime`` to clients presenting ``token``."""
+        self.runtime = runtime
+        self._auth = f"Bearer {token}".encode()
+        self._max_body = max_body_bytes
+        self._hosts = allowed_hosts
+        self._started = time.time()
+
+    async def __call__(
+        self, scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend
+    ) -> None:
+        """ASGI entry point."""
+        if scope["type"] != "http":
+            return
+        try:
+            await self._serve(scope, receive, send)
+        except Exception as exc:
+            logger.error("request {} failed: {}: {}", scope.get("path"), type(exc).__name__, exc)
+            try:
+                await send_error(send, 500, "internal error in sessionwarden", kind="server_error")
+            except Exception:
+                pass  # the response had already started; the connection will be dropped
+
+    async def _serve(
+        self, scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend
+    ) -> None:
+        headers = header_map(scope["headers"])
+        if _host_name(headers.get("host", "")).lower() not in self._hosts:
+            await send_error(send, 403, "Host header does not name this machine",
+                             code="host_not_allowed")
+            return
+        path, method = scope["path"], scope["method"]
+        if path == "/healthz":
+            await send_json(send, 200, {"ok": True, "version": __version__,
+                                        "uptime_s": round(time.time() - self._started, 1)})
+            return
+        supplied = headers.get("authorization", "").encode("latin-1")
+        if not hmac.compare_digest(supplied, self._auth):
+            await send_error(send, 401, "missing or wrong bearer token", kind="auth_error",
+                             code="unauthorized",
+                             headers=[(b"www-authenticate", b'Bearer realm="sessionwarden"')])
+            return
+        if path == "/v1/models":
+            if method != "GET":
+                await send_error(send, 405, "use GET")
+                return
+            await send_json(send, 200, self._models())
+            return
+        if path == "/v1/chat/completions":
+            if method != "POST":
+                await send_error(send, 405, "use POST")
+                return
+            declared = headers.get("content-length", "0")
+            if not declared.isdigit():
+                await send_error(send, 400, "malformed Content-Length header")
+                return
+            if int(declared) > self._max_body:
+                await send_error(send, 413, f"body exceeds {self._max_body} bytes",
+                                 code="body_too_large")
+                return
+            try:
+                body = await read_body(receive, self._max_body)
+            except BodyTooLarge:
+                await send_error(send, 413, f"body exceeds {self._max_body} bytes",
+                                 code="body_too_large")
+                return
+            except ConnectionAbortedError:
+                return
+            await chat_completions(self.runtime, headers, body, receive, send)
+            return
+        await send_error(send, 404, f"no route for {method} {path}", code="not_found")
+
+    def _models(self) -> dict[str, Any]:
+        config = self.runtime.config
+        data = [
+            {"id": m.name, "object": "model", "owned_by": m.provider,
+             "context_length": m.context_length}
+            for m in config.models
+        ]
+        return {"object": "list", "data": data}
