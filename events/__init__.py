@@ -26,6 +26,7 @@ from sessionwarden.events.usage import UsageRecorded
 __all__ = [
     "ALL_EVENTS",
     "CODEC",
+    "SESSION_UPCASTERS",
     "CallAdmitted",
     "CredentialAdded",
     "CredentialRemoved",

@@ -8,6 +8,7 @@ never creates or changes a file; that is how the CLI reads a log a daemon is wri
 """
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -244,19 +245,34 @@ class EventLog:
         """Commit queued appends, then close every connection. Idempotent."""
         if self._closed:
             return
-        if self._writer is not None:
-            self._writer.close()
         self._closed = True
         with self._readers_lock:
             for conn in self._readers:
-                conn.close()
+                _close_reader(conn)
             self._readers.clear()
+        if self._writer is not None:
+            # Last: the last connection to close checkpoints the WAL and deletes it.
+            self._writer.close()
 
     def __enter__(self) -> "EventLog":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_reader(conn: apsw.Connection, budget_s: float = 5.0) -> None:
+    """Close a reader another thread may be using: interrupt its query, then retry."""
+    deadline = time.monotonic() + budget_s
+    while True:
+        try:
+            conn.close()
+            return
+        except apsw.ThreadingViolationError:
+            if time.monotonic() > deadline:
+                raise
+            conn.interrupt()
+            time.sleep(0.005)
 
 
 def _validate(appends: Sequence[StreamAppend], tracking: Tracking | None) -> None:

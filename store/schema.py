@@ -116,6 +116,7 @@ def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
                 os.umask(old)
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
         conn.execute("PRAGMA trusted_schema = OFF")
+        _check_identity(conn, path, readonly=readonly)
         if not readonly:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
             if mode != "wal":
@@ -134,6 +135,19 @@ def query_int(
     row = conn.execute(sql, args).fetchone()
     value = row[0] if row else None
     return value if isinstance(value, int) else default
+
+
+def _check_identity(conn: apsw.Connection, path: Path, *, readonly: bool) -> None:
+    """Refuse a SQLite file that is not ours before changing anything in it."""
+    app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
+    if app_id == _APPLICATION_ID:
+        return
+    tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()[0][0]
+    if app_id == 0 and tables == 0:
+        if readonly:
+            raise StoreUnavailable(f"{path}: no event log here (nothing has been recorded)")
+        return
+    raise CorruptStore(f"{path}: this SQLite file is not a sessionwarden event log")
 
 
 def ensure_schema(conn: apsw.Connection, path: Path) -> None:

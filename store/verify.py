@@ -56,6 +56,7 @@ def verify_chain(events: Iterable[RecordedEvent]) -> ChainReport:
             return bad(expected, "missing", f"sequence jumps from {expected - 1} to {current.seq}")
         if current.prev_hash != running:
             if last_good is not None and current.prev_hash == last_good.prev_hash:
+                running, count = last_good.prev_hash, count - 1  # the forged event is not clean
                 return bad(
                     last_good.seq, "inserted",
                     f"event {current.seq} links past event {last_good.seq}, which is not "

@@ -309,12 +309,13 @@ class GroupCommitWriter:
             if duplicate is not None:
                 plan.results.append(duplicate)
                 continue
-            head = plan.heads.get(part.stream)
-            if head is None:
-                head = self._head(part.stream)
+            last = plan.heads.get(part.stream)
+            if last is None:
+                last = self._head(part.stream)  # -1: the stream has no events
+            head = max(last, 0)
             _check_expected(part, head)
             if part.versions is not None:
-                _check_versions(part, head)
+                _check_versions(part, last)
                 versions: Sequence[int] = part.versions
             else:
                 versions = range(head + 1, head + 1 + len(part.events))
@@ -372,7 +373,7 @@ class GroupCommitWriter:
         head = self._heads.get(stream)
         if head is None:
             head = query_int(
-                self._conn, "SELECT max(version) FROM events WHERE stream = ?", (stream,)
+                self._conn, "SELECT max(version) FROM events WHERE stream = ?", (stream,), -1
             )
             self._heads[stream] = head
         return head
@@ -399,6 +400,9 @@ class GroupCommitWriter:
         if not stored:
             return None
         if len(stored) != len(part.events):
+            raise IdempotencyConflict(stored[0][0], "was stored by an append of other events")
+        first_seq = stored[0][1][0]
+        if [row[0] for _, row in stored] != list(range(first_seq, first_seq + len(stored))):
             raise IdempotencyConflict(stored[0][0], "was stored by an append of other events")
         for event, (key, (_, stream, _, type_tag, data)) in zip(part.events, stored, strict=True):
             if stream != part.stream or type_tag != event.type or data != event.data:

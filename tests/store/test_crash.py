@@ -1,0 +1,170 @@
+"""Crash safety: SIGKILL a process appending from several threads, then audit the log.
+
+``store_worker.py crash`` prints one ``ack`` line per batch ``append_batch`` returned.
+The test kills it at a random moment, reopens the same database (state accumulates over
+the trials) and checks that every acknowledged event survived with its content, that no
+batch is partially stored, that SQLite's integrity check and ``replay --verify`` pass and
+that the ``StreamsView`` position equals the head.
+"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import apsw
+import pytest
+from sessionwarden.events import CODEC, SessionStarted
+from sessionwarden.store import EventLog, StreamsView, replay
+from sessionwarden.store.errors import StoreClaimed
+from sessionwarden.store.lock import InstanceLock
+
+WORKER = Path(__file__).with_name("store_worker.py")
+TRIALS = 24
+THREADS = 4
+
+
+class Worker:
+    """A worker subprocess whose stdout lines are collected by a thread."""
+
+    def __init__(self, *args: str | Path, stderr: Path) -> None:
+        self._stderr = stderr.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER), *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.lines: list[str] = []
+        self._first = threading.Event()
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            if raw.endswith(b"\n"):  # a line cut by the kill was never a whole ack
+                self.lines.append(raw.decode().rstrip("\n"))
+                self._first.set()
+        self._first.set()
+
+    def wait_first_line(self, timeout: float = 20.0) -> None:
+        if not self._first.wait(timeout) or not self.lines:
+            self.kill()
+            pytest.fail(f"worker printed nothing; stderr:\n{self.stderr_text()}")
+
+    def kill(self) -> list[str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self._reader.join(10)
+        self._stderr.close()
+        return self.lines
+
+    def stderr_text(self) -> str:
+        self._stderr.flush()
+        return Path(self._stderr.name).read_text(errors="replace")
+
+
+def _audit(db: Path, acked: dict[str, tuple[int, int, int]]) -> int:
+    """Check the log after a crash; return its head."""
+    with EventLog(db, projections=[StreamsView()]) as log:  # reopening runs WAL recovery
+        head, _ = log.head()
+        assert (log.tracking_position("view:streams") or 0) == head
+        batches: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)
+        by_seq: dict[int, tuple[str, int, int]] = {}
+        expected_seq = 1
+        for ev in log.read_all():
+            assert ev.seq == expected_seq, f"gap before seq {ev.seq}"
+            expected_seq += 1
+            decoded = CODEC.decode(ev.type, ev.data)
+            assert isinstance(decoded, SessionStarted)
+            index, total = map(int, decoded.model.split("/"))
+            assert index not in batches[decoded.session_id], f"duplicate event in {decoded}"
+            batches[decoded.session_id][index] = (ev.seq, total)
+            by_seq[ev.seq] = (decoded.session_id, index, total)
+        assert expected_seq - 1 == head
+        integrity = log.read_connection().execute("PRAGMA integrity_check").fetchall()
+        assert integrity == [("ok",)]
+    # no batch is partial: every stored batch has all of its events, consecutively
+    for batch_id, events in batches.items():
+        totals = {total for _, total in events.values()}
+        assert len(totals) == 1, f"batch {batch_id} disagrees on its size"
+        total = totals.pop()
+        assert sorted(events) == list(range(total)), f"batch {batch_id} is partial"
+        seqs = sorted(seq for seq, _ in events.values())
+        assert seqs == list(range(seqs[0], seqs[0] + total)), f"batch {batch_id} interleaved"
+    # every acknowledged batch is present, at the acknowledged seqs, with its content
+    for batch_id, (first, last, total) in acked.items():
+        assert last - first + 1 == total
+        for seq in range(first, last + 1):
+            assert seq in by_seq, f"acknowledged seq {seq} of {batch_id} is lost"
+            assert by_seq[seq][0] == batch_id, f"seq {seq} holds {by_seq[seq]}, not {batch_id}"
+    report = replay(db, [StreamsView()], verify=True)
+    assert report.ok, report
+    assert report.events == head
+    return head
+
+
+def test_sigkill_during_concurrent_batches_loses_no_acknowledged_event(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+    seed = int(os.environ.get("SW_CRASH_SEED", time.time_ns()))
+    print(f"SW_CRASH_SEED={seed}")  # shown on failure, to rerun the same kill schedule
+    rng = random.Random(seed)
+    acked: dict[str, tuple[int, int, int]] = {}
+    heads = []
+    started = time.perf_counter()
+    for trial in range(TRIALS):
+        worker = Worker(
+            db, "crash", rng.randrange(1 << 30), THREADS, stderr=tmp_path / f"err-{trial}"
+        )
+        worker.wait_first_line()
+        time.sleep(rng.uniform(0.050, 0.400))
+        lines = worker.kill()
+        assert worker.proc.returncode == -signal.SIGKILL, worker.stderr_text()
+        for line in lines:
+            kind, first, last, batch_id, total = line.split()
+            assert kind == "ack"
+            assert batch_id not in acked
+            acked[batch_id] = (int(first), int(last), int(total))
+        heads.append(_audit(db, acked))
+        assert heads[-1] >= max(last for _, last, _ in acked.values())
+    elapsed = time.perf_counter() - started
+    assert len(heads) == TRIALS and heads == sorted(heads)
+    print(f"{TRIALS} kills, {len(acked)} acked batches, {heads[-1]} events, {elapsed:.1f} s")
+
+
+def test_sigkill_releases_instance_lock(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+    worker = Worker(db, "lock", stderr=tmp_path / "err-lock")
+    worker.wait_first_line()
+    assert worker.lines[0] == f"locked {worker.proc.pid}"
+    with pytest.raises(StoreClaimed, match=str(worker.proc.pid)):
+        InstanceLock(db)
+    worker.kill()
+    assert worker.proc.returncode == -signal.SIGKILL
+    claim = InstanceLock(db)  # the kernel dropped the dead process's flock
+    try:
+        assert claim.path.read_text() == f"{os.getpid()}\n"
+        with pytest.raises(StoreClaimed):
+            InstanceLock(db)
+    finally:
+        claim.release()
+    InstanceLock(db).release()
+
+
+def test_integrity_check_helper_sees_a_fresh_log(tmp_path: Path) -> None:
+    """The audit's own assumptions hold on a log that was closed cleanly."""
+    db = tmp_path / "events.db"
+    EventLog(db, projections=[StreamsView()]).close()
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        conn.close()
+    assert _audit(db, {}) == 0
