@@ -44,14 +44,12 @@ class UsageLedgerActor(GovernedActor):
         self.recorded += 1
 
         def committed(request: AppendRequest) -> None:
-            reply(request.results[0] if request.results else None, request.error)
+            reply(request.results[-1] if request.results else None, request.error)
 
-        self._log.submit(
-            [StreamAppend(
-                usage_stream(event.session_id),
-                (new_event(event, idempotency_key=f"usage:{event.call_id}"),),
-                ANY,
-            )],
-            callback=committed,
+        usage = StreamAppend(
+            usage_stream(event.session_id),
+            (new_event(event, idempotency_key=f"usage:{event.call_id}"),),
+            ANY,
         )
+        self._log.submit([*message.with_parts, usage], callback=committed)
         return PENDING

@@ -7,7 +7,7 @@ data": it carries a secret, so its ``repr`` never shows it.
 
 import msgspec
 from sessionwarden.events import Event, UpstreamResponded, UsageRecorded
-from sessionwarden.store import NewEvent
+from sessionwarden.store import NewEvent, StreamAppend
 
 __all__ = [
     "Admit",
@@ -43,9 +43,14 @@ class Admit(msgspec.Struct, frozen=True):
 
 
 class Responded(msgspec.Struct, frozen=True):
-    """The upstream answered a call (SessionActor records it)."""
+    """The upstream answered a call (SessionActor records it).
+
+    With ``usage``, the SessionActor forwards it to the UsageLedgerActor and the reply
+    arrives once the usage row is durable.
+    """
 
     event: UpstreamResponded
+    usage: UsageRecorded | None = None
 
 
 class Lease(msgspec.Struct, frozen=True):
@@ -80,9 +85,14 @@ class Release(msgspec.Struct, frozen=True):
 
 
 class RecordUsage(msgspec.Struct, frozen=True):
-    """Record a call's usage; the UsageLedgerActor replies once it is durable."""
+    """Record a call's usage; the UsageLedgerActor replies once it is durable.
+
+    ``with_parts`` are other actors' appends that must commit atomically with the usage
+    row (the SessionActor's UpstreamResponded): one commit, one fsync, one reply.
+    """
 
     event: UsageRecorded
+    with_parts: tuple[StreamAppend, ...] = ()
 
 
 class Committed(msgspec.Struct, frozen=True):

@@ -13,15 +13,16 @@ never be started twice), CallAdmitted, UpstreamResponded.
 
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
-from sessionwarden.actors.bridge import GovernedActor, Reply
-from sessionwarden.actors.messages import Admit, Responded, new_event
+import pykka
+from sessionwarden.actors.bridge import PENDING, Call, GovernedActor, Reply
+from sessionwarden.actors.messages import Admit, RecordUsage, Responded, new_event
 from sessionwarden.events import CallAdmitted, SessionStarted
 from sessionwarden.store import ANY, NO_STREAM, EventLog, NewEvent, StreamAppend
-from sessionwarden.store.errors import WrongExpectedVersion
+from sessionwarden.store.errors import StoreError, WrongExpectedVersion
 from sessionwarden.store.schema import query_int
-from sessionwarden.store.writer import AppendRequest
 
 __all__ = ["SessionActor", "session_shard", "session_stream"]
 
@@ -48,21 +49,35 @@ class _Session:
 class _Appended:
     """Told by the store's writer thread when a session append finished."""
 
-    __slots__ = ("request", "session_id")
+    __slots__ = ("error", "events", "session_id")
 
-    def __init__(self, session_id: str, request: AppendRequest) -> None:
+    def __init__(
+        self, session_id: str, error: BaseException | None, events: tuple[NewEvent, ...]
+    ) -> None:
         self.session_id = session_id
-        self.request = request
+        self.error = error
+        self.events = events
 
 
 class SessionActor(GovernedActor):
     """One shard of the sessions: admits calls and records upstream responses."""
 
     def __init__(
-        self, log: EventLog, *, max_sessions: int = 2000, on_failure: Any = None
+        self,
+        log: EventLog,
+        *,
+        max_sessions: int = 2000,
+        on_failure: Any = None,
+        ledger: Callable[[], "pykka.ActorRef[Any]"] | None = None,
     ) -> None:
-        """Serve sessions from ``log``, keeping at most ``max_sessions`` in memory."""
+        """Serve sessions from ``log``, keeping at most ``max_sessions`` in memory.
+
+        ``ledger`` finds the current UsageLedgerActor: a Responded carrying the call's
+        usage is recorded here, then forwarded there, so the response event is always
+        queued before the usage row and the caller waits on one reply, not two.
+        """
         super().__init__(on_failure)
+        self._ledger = ledger
         self._log = log
         self._max = max_sessions
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
@@ -74,9 +89,7 @@ class SessionActor(GovernedActor):
             self._admit(message)
             return None
         if isinstance(message, Responded):
-            event = message.event
-            self._append(event.session_id, [new_event(event)], self._get(event.session_id))
-            return None
+            return self._responded(message, reply)
         if isinstance(message, _Appended):
             self._appended(message)
             return None
@@ -131,6 +144,26 @@ class SessionActor(GovernedActor):
             self._append(admit.session_id, [started, admitted], session, NO_STREAM)
         session.calls += 1
 
+    def _responded(self, message: Responded, reply: Reply) -> object:
+        event = message.event
+        session = self._get(event.session_id)
+        responded = [new_event(event)]
+        if message.usage is None or self._ledger is None:
+            self._append(event.session_id, responded, session)
+            return None
+        # The response event rides in the ledger's append: both commit together, with
+        # one fsync, and the caller's single reply means both are durable.
+        session.pending += 1
+        part = StreamAppend(session_stream(event.session_id), tuple(responded), ANY)
+        ref = self.actor_ref
+
+        def done(result: Any, error: BaseException | None) -> None:
+            ref.tell(_Appended(event.session_id, error, ()))
+            reply(result, error)
+
+        self._ledger().tell(Call(RecordUsage(message.usage, (part,)), done))
+        return PENDING
+
     def _append(
         self, session_id: str, events: list[NewEvent], session: _Session, expected: Any = ANY
     ) -> None:
@@ -138,21 +171,22 @@ class SessionActor(GovernedActor):
         ref = self.actor_ref
         self._log.submit(
             [StreamAppend(session_stream(session_id), tuple(events), expected)],
-            callback=lambda request: ref.tell(_Appended(session_id, request)),
+            callback=lambda request: ref.tell(
+                _Appended(session_id, request.error, request.appends[0].events)
+            ),
         )
 
     def _appended(self, done: _Appended) -> None:
         session = self._sessions.get(done.session_id)
         if session is not None:
             session.pending -= 1
-        error = done.request.error
+        error = done.error
         if isinstance(error, WrongExpectedVersion):
             # The session already had a stream (started by an earlier instance whose
             # append was still in flight when we recovered): keep the call's events,
             # drop the duplicate start.
-            rest = [e for e in done.request.appends[0].events
-                    if e.type != SessionStarted.type_tag()]
+            rest = [e for e in done.events if e.type != SessionStarted.type_tag()]
             if rest and session is not None:
                 self._append(done.session_id, rest, session)
-        elif error is not None:
+        elif isinstance(error, StoreError):
             raise error  # a store failure: let the supervisor restart us from the log

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sessionwarden import __version__
 from sessionwarden.cmd.cli_log import add_log_commands
+from sessionwarden.cmd.cli_usage import add_usage_commands
 from sessionwarden.cmd.daemon import add_daemon_command
 from sessionwarden.cmd.errors import CommandError
 from sessionwarden.errors import SessionwardenError
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser = add_parser  # type: ignore[method-assign]
     add_daemon_command(sub)
     add_log_commands(sub)
+    add_usage_commands(sub)
     return parser
 
 

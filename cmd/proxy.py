@@ -15,11 +15,13 @@ import asyncio
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
+import aiohttp
 import msgspec
+import pykka
 from loguru import logger
 from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable, NoCredential, UsageRejected
@@ -43,7 +45,7 @@ _DRAIN_AFTER_DISCONNECT_S = 30.0
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 
-# Never forwarded upstream: ours (auth, session), hop-by-hop, or recomputed by httpx.
+# Never forwarded upstream: ours (auth, session), hop-by-hop, or recomputed by the client.
 _DROP_UP = frozenset({
     "host", "authorization", "x-api-key", "api-key", "proxy-authorization", "cookie",
     "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
@@ -115,26 +117,20 @@ async def chat_completions(
     call = _Call(session_id, provider, upstream_model, messages, stream)
     admit = Admit(call.call_id, session_id, provider.name, upstream_model, len(messages),
                   estimate_tokens(messages), stream, headers.get("user-agent", "")[:200])
-    results = await asyncio.gather(
-        ask(rt.session_ref(session_id), admit),
-        ask(rt.ref("credentials"), Lease(provider.name, call.call_id)),
-        return_exceptions=True,
-    )
-    if isinstance(results[0], BaseException):
-        if not isinstance(results[1], BaseException):
-            call.lease = results[1]
-            _release(rt, call, 0)
-        await send_error(send, 503, f"sessionwarden is recovering: {results[0]}",
-                         kind="server_error")
+    # Admission is told, not asked: the shard's mailbox is FIFO, so CallAdmitted is
+    # queued before this call's UpstreamResponded whatever happens, and the call does not
+    # wait for it. Only the key is worth waiting for.
+    try:
+        rt.session_ref(session_id).tell(admit)
+    except pykka.ActorDeadError:
+        logger.warning("call {}: session actor restarting; admission not recorded", call.call_id)
+    try:
+        call.lease = await ask(rt.ref("credentials"), Lease(provider.name, call.call_id))
+    except (NoCredential, ActorUnavailable) as exc:
+        await _record(rt, call, 503, {}, None, error=str(exc))
+        await send_error(send, 503, str(exc), kind="server_error", code="no_credential")
         return
-    if isinstance(results[1], BaseException):
-        status = 503
-        await _record(rt, call, status, {}, None, error=str(results[1]))
-        message = str(results[1]) if isinstance(results[1], NoCredential | ActorUnavailable) \
-            else "credential pool unavailable"
-        await send_error(send, status, message, kind="server_error", code="no_credential")
-        return
-    call.lease = results[1]
+    assert call.lease is not None
 
     upstream = dict(payload)
     upstream["model"] = upstream_model
@@ -149,36 +145,37 @@ async def chat_completions(
     out_headers["authorization"] = f"Bearer {call.lease.secret}"
     out_headers["content-type"] = "application/json"
     out_headers["accept-encoding"] = "identity"
-    request = rt.http.build_request(
-        "POST", provider.base_url.rstrip("/") + "/chat/completions",
-        content=_encode(upstream), headers=out_headers,
-    )
     try:
-        response = await rt.http.send(request, stream=True)
-    except httpx.TimeoutException:
+        response = await rt.http().post(
+            provider.base_url.rstrip("/") + "/chat/completions",
+            data=_encode(upstream), headers=out_headers,
+        )
+    except TimeoutError:
         await _fail(rt, call, send, 504, "the upstream provider timed out")
         return
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:
         reason = f"the upstream provider is unreachable ({type(exc).__name__})"
         await _fail(rt, call, send, 502, reason)
         return
     try:
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
-        if stream and response.status_code == 200 and is_sse:
+        if stream and response.status == 200 and is_sse:
             await _relay_stream(rt, call, response, injected, receive, send)
         else:
             await _relay_plain(rt, call, response, send)
     finally:
-        await response.aclose()
+        response.release()
 
 
-async def _relay_plain(rt: Runtime, call: _Call, response: httpx.Response, send: ASGISend) -> None:
+async def _relay_plain(
+    rt: Runtime, call: _Call, response: aiohttp.ClientResponse, send: ASGISend
+) -> None:
     try:
-        body = await response.aread()
-    except httpx.HTTPError as exc:
+        body = await response.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
         await _fail(rt, call, send, 502, f"the upstream response broke off ({type(exc).__name__})")
         return
-    status = response.status_code
+    status = response.status
     usage_block: object = None
     output: object = None
     error = ""
@@ -202,7 +199,7 @@ async def _relay_plain(rt: Runtime, call: _Call, response: httpx.Response, send:
 
 
 async def _relay_stream(
-    rt: Runtime, call: _Call, response: httpx.Response, injected: bool,
+    rt: Runtime, call: _Call, response: aiohttp.ClientResponse, injected: bool,
     receive: ASGIReceive, send: ASGISend,
 ) -> None:
     disconnected = asyncio.Event()
@@ -229,7 +226,7 @@ async def _relay_stream(
     try:
         await _start(send, 200, response, call, None)
         deadline = None
-        async for chunk in response.aiter_raw():
+        async for chunk in response.content.iter_any():
             buffer += chunk
             out = bytearray()
             while True:
@@ -261,7 +258,7 @@ async def _relay_stream(
                 deadline = deadline or time.monotonic() + _DRAIN_AFTER_DISCONNECT_S
                 if usage_block is not None or time.monotonic() > deadline:
                     break
-    except httpx.HTTPError as exc:
+    except (aiohttp.ClientError, TimeoutError) as exc:
         logger.warning("call {}: upstream stream broke off: {}", call.call_id, type(exc).__name__)
     finally:
         watcher.cancel()
@@ -303,7 +300,8 @@ def _collect_text(chunk: dict[str, Any], into: list[str]) -> None:
 
 
 async def _start(
-    send: ASGISend, status: int, response: httpx.Response, call: _Call, length: int | None
+    send: ASGISend, status: int, response: aiohttp.ClientResponse, call: _Call,
+    length: int | None,
 ) -> None:
     headers = [
         (k.encode("latin-1"), v.encode("latin-1"))
@@ -362,12 +360,13 @@ async def _record(
         reasoning_tokens=usage.reasoning_tokens, source=usage.source, raw_usage=raw,
         flags=flags, stream=call.stream, client_disconnected=disconnected,
     )
-    try:
-        await ask(rt.session_ref(call.session_id), Responded(responded))
-    except ActorUnavailable:
-        logger.warning("call {}: session actor unavailable; response not recorded", call.call_id)
     _release(rt, call, status)
-    await ask(rt.ref("ledger"), RecordUsage(record), timeout=60.0)
+    try:
+        await ask(rt.session_ref(call.session_id), Responded(responded, record), timeout=60.0)
+    except ActorUnavailable:
+        # The session shard is restarting: the usage row matters most, record it directly.
+        logger.warning("call {}: session actor unavailable; response not recorded", call.call_id)
+        await ask(rt.ref("ledger"), RecordUsage(record), timeout=60.0)
 
 
 def _usage(
@@ -384,7 +383,7 @@ def _usage(
     return usage, tuple(usage.flags)
 
 
-def _lower(headers: httpx.Headers) -> dict[str, str]:
+def _lower(headers: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
 
 

@@ -1,0 +1,298 @@
+"""CLI commands over the daemon's views: ``usage`` (the ledger) and ``status`` (sessions).
+
+Both open the database read-only and query ``view_ledger``, ``view_sessions`` and
+``view_credentials`` in one short read transaction, so they never write and never block
+a live daemon.
+
+Cost rules (a cost that is not known is never shown as 0):
+
+* a group's ``cost_status`` is ``"unknown"`` (and its cost ``null``) as soon as one of
+  its calls has no cost or status ``"unknown"``; a session with no recorded usage yet is
+  ``"unknown"`` too;
+* otherwise, when every call has the same status (``"actual"``, or e.g. ``"estimated"``
+  once pricing exists) the group has that status; when known statuses mix, ``"partial"``;
+* known costs are summed as :class:`~decimal.Decimal` from the strings in the ledger.
+
+``--since`` is inclusive. ``--until`` is inclusive too: a date covers that whole day, a
+datetime is the last instant included. Times are UTC unless they carry an offset.
+Per group, calls whose usage ``source`` is not ``"provider"`` are counted by source
+(``estimated: 3, missing: 1``), so estimates stay visible.
+"""
+
+import argparse
+import csv
+import json
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import apsw
+from sessionwarden.cmd.errors import CommandError, UsageError
+from sessionwarden.store import EventLog
+from sessionwarden.store.schema import translate
+
+__all__ = ["add_usage_commands", "parse_time", "run_status", "run_usage"]
+
+_BY_COLUMN = {
+    "session": "session_id", "model": "model", "provider": "provider",
+    "credential": "credential", "day": "day",
+}
+_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
+
+
+@dataclass
+class Group:
+    """The aggregate of the ledger rows of one group."""
+
+    key: str
+    requests: int = 0
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_KINDS, 0))
+    statuses: set[str] = field(default_factory=set)
+    cost_sum: Decimal = Decimal(0)
+    sources: dict[str, int] = field(default_factory=dict)
+    first_at: str = ""
+    last_at: str = ""
+
+    @property
+    def cost_status(self) -> str:
+        """The group's cost status under the module's rules."""
+        if not self.statuses or "unknown" in self.statuses:
+            return "unknown"
+        return next(iter(self.statuses)) if len(self.statuses) == 1 else "partial"
+
+    @property
+    def cost(self) -> str | None:
+        """The summed cost as a decimal string, or None when it is unknown."""
+        return None if self.cost_status == "unknown" else str(self.cost_sum)
+
+    def merge(self, other: "Group") -> None:
+        """Add ``other``'s rows to this group."""
+        self.requests += other.requests
+        for kind in _KINDS:
+            self.tokens[kind] += other.tokens[kind]
+        self.statuses |= other.statuses
+        self.cost_sum += other.cost_sum
+        for source, n in other.sources.items():
+            self.sources[source] = self.sources.get(source, 0) + n
+        self.first_at = min(filter(None, (self.first_at, other.first_at)), default="")
+        self.last_at = max(self.last_at, other.last_at)
+
+    def to_json(self, by: str) -> dict[str, Any]:
+        """The group as a JSON object, its key named after ``by``."""
+        tokens = {f"{k}_tokens": v for k, v in self.tokens.items()}
+        return {by: self.key, "requests": self.requests, **tokens, "cost": self.cost,
+                "cost_status": self.cost_status, "sources": self.sources,
+                "first_at": self.first_at, "last_at": self.last_at}
+
+
+def add_usage_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Register ``usage`` and ``status`` on the CLI's subparsers."""
+    p = sub.add_parser("usage", help="the usage ledger: requests, tokens, cost")
+    p.add_argument("--by", choices=tuple(_BY_COLUMN), default="session", help="group by")
+    p.add_argument("--session", metavar="ID", help="only this session")
+    p.add_argument("--since", metavar="T", help="from this UTC date or datetime (inclusive)")
+    p.add_argument("--until", metavar="T", help="up to this UTC date or datetime (inclusive)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print a JSON list")
+    fmt.add_argument("--csv", action="store_true", help="print CSV with a header row")
+    p.set_defaults(run=run_usage)
+
+    p = sub.add_parser("status", help="sessions, their usage, and the credential pool")
+    p.add_argument("--session", metavar="ID", help="only this session")
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+    p.set_defaults(run=run_status)
+
+
+def parse_time(text: str, *, option: str, end: bool = False) -> str:
+    """Turn an ISO date or datetime into a bound comparable with ``recorded_at``.
+
+    With ``end`` the bound is exclusive: just after the datetime, or the next midnight
+    for a date. Raises :class:`UsageError` (exit 64) for a value that is not a time.
+    """
+    try:
+        try:
+            day = date.fromisoformat(text)
+            at = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            step = timedelta(days=1)
+        except ValueError:
+            at = datetime.fromisoformat(text)
+            at = at if at.tzinfo else at.replace(tzinfo=UTC)
+            step = timedelta(microseconds=1)
+        at = (at + step) if end else at
+    except (ValueError, OverflowError):
+        raise UsageError(
+            f"{option}: invalid time {text!r} (use e.g. 2026-11-30 or 2026-11-30T12:00:00)"
+        ) from None
+    return at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _fetch(conn: apsw.Connection, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
+    return conn.execute(sql, args).fetchall()
+
+
+def _require(conn: apsw.Connection, db: Path, *tables: str) -> None:
+    present = {r[0] for r in _fetch(conn, "SELECT name FROM sqlite_master WHERE type='table'")}
+    missing = [t for t in tables if t not in present]
+    if missing:
+        raise CommandError(f"{db}: no {', '.join(missing)} in this database "
+                           "(not written by sessionwarden, or without its views)")
+
+
+def aggregate(conn: apsw.Connection, column: str, where: str, args: tuple[object, ...]
+              ) -> dict[str, Group]:
+    """Group ``view_ledger`` rows matching ``where`` by ``column`` (a trusted name)."""
+    groups: dict[str, Group] = {}
+    sums = ", ".join(f"sum({k}_tokens)" for k in _KINDS)
+    for row in _fetch(
+        conn,
+        f"SELECT {column}, source, cost_status, count(*), {sums}, min(recorded_at),"
+        " max(recorded_at), count(*) - count(cost), group_concat(cost, ' ')"
+        f" FROM view_ledger WHERE {where} GROUP BY 1, 2, 3",
+        args,
+    ):
+        key, source, status, n, *tokens, first, last, nulls, costs = row
+        part = Group(str(key), n, dict(zip(_KINDS, tokens, strict=True)), {status},
+                     first_at=first, last_at=last)
+        if source != "provider":
+            part.sources[source] = n
+        try:
+            part.cost_sum = sum((Decimal(c) for c in (costs or "").split()), Decimal(0))
+        except InvalidOperation:
+            nulls = 1
+        if nulls:
+            part.statuses = {"unknown"}
+        groups.setdefault(part.key, Group(part.key)).merge(part)
+    return groups
+
+
+def _sources_text(sources: dict[str, int]) -> str:
+    return ", ".join(f"{s}: {n}" for s, n in sorted(sources.items()))
+
+
+def _cost_text(group: Group) -> str:
+    return "unknown" if group.cost is None else f"${group.cost}"
+
+
+def _table(headers: list[str], rows: list[list[str]], right: range) -> str:
+    """Align ``rows`` under ``headers``; columns in ``right`` (numbers) align right."""
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = [
+        "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                  for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+        for r in [headers, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def run_usage(args: argparse.Namespace, db: Path) -> int:
+    """Print the ledger grouped by ``--by``, filtered by session and time."""
+    clauses: list[str] = ["1"]
+    params: list[object] = []
+    if args.session:
+        clauses.append("session_id = ?")
+        params.append(args.session)
+    if args.since:
+        clauses.append("recorded_at >= ?")
+        params.append(parse_time(args.since, option="--since"))
+    if args.until:
+        clauses.append("recorded_at < ?")
+        params.append(parse_time(args.until, option="--until", end=True))
+    with EventLog(db, readonly=True) as log:
+        conn = log.read_connection()
+        try:
+            _require(conn, db, "view_ledger")
+            groups = aggregate(conn, _BY_COLUMN[args.by], " AND ".join(clauses), tuple(params))
+        except apsw.Error as exc:
+            raise translate(exc, db) from None
+    ordered = sorted(groups.values(), key=lambda g: (g.first_at, g.key))
+    if args.json:
+        print(json.dumps([g.to_json(args.by) for g in ordered], indent=2))
+        return 0
+    if args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        fields = list(Group("").to_json(args.by))
+        writer.writerow(fields)
+        for g in ordered:
+            record = g.to_json(args.by) | {"sources": _sources_text(g.sources)}
+            writer.writerow(["" if record[f] is None else record[f] for f in fields])
+        return 0
+    if not ordered:
+        print("no calls recorded" + (" matching the filters" if len(clauses) > 1 else ""))
+        return 0
+    total = Group("total")
+    for g in ordered:
+        total.merge(g)
+    headers = [args.by.upper(), "REQUESTS", "INPUT", "OUTPUT", "CACHE_READ", "CACHE_WRITE",
+               "REASONING", "COST", "STATUS", "FIRST", "LAST", "NOT_FROM_PROVIDER"]
+    rows = [
+        [g.key, str(g.requests), *(str(g.tokens[k]) for k in _KINDS), _cost_text(g),
+         g.cost_status, g.first_at[:19].replace("T", " "), g.last_at[:19].replace("T", " "),
+         _sources_text(g.sources)]
+        for g in [*ordered, total]
+    ]
+    text = _table(headers, rows, right=range(1, 8)).splitlines()
+    text.insert(-1, "-" * max(map(len, text)))
+    print("\n".join(text))
+    return 0
+
+
+def run_status(args: argparse.Namespace, db: Path) -> int:
+    """Print the log head, the credential pool and each session with its usage."""
+    where, params = ("session_id = ?", (args.session,)) if args.session else ("1", ())
+    with EventLog(db, readonly=True) as log:
+        conn = log.read_connection()
+        try:
+            _require(conn, db, "view_sessions", "view_ledger", "view_credentials")
+            conn.execute("BEGIN")  # one snapshot for the head and every view
+            try:
+                events = log.head()[0]
+                sessions = _fetch(
+                    conn, "SELECT session_id, model, calls, last_status, last_credential,"
+                    f" started_at, last_at FROM view_sessions WHERE {where}"
+                    " ORDER BY started_at, session_id", params)
+                usage = aggregate(conn, "session_id", where, params)
+                creds = _fetch(conn, "SELECT provider, fingerprint, state, leases, last_status"
+                               " FROM view_credentials ORDER BY provider, fingerprint")
+            finally:
+                conn.execute("COMMIT")
+        except apsw.Error as exc:
+            raise translate(exc, db) from None
+    if args.session and not sessions:
+        raise CommandError(f"unknown session {args.session!r}")
+    out_sessions: list[dict[str, Any]] = []
+    for sid, model, calls, last_status, credential, started_at, last_at in sessions:
+        g = usage.get(sid, Group(sid))
+        out_sessions.append({
+            "session_id": sid, "model": model, "calls": calls,
+            "input_tokens": g.tokens["input"], "output_tokens": g.tokens["output"],
+            "cost": g.cost, "cost_status": g.cost_status, "last_status": last_status,
+            "credential": credential, "started_at": started_at, "last_at": last_at})
+    cred_keys = ("provider", "fingerprint", "state", "leases", "last_status")
+    out_creds = [dict(zip(cred_keys, c, strict=True)) for c in creds]
+    if args.json:
+        print(json.dumps({"sessions": out_sessions, "credentials": out_creds,
+                          "events": events}, indent=2))
+        return 0
+    print(f"events: {events}")
+    if out_creds:
+        rows = [["-" if c[k] is None else str(c[k]) for k in cred_keys] for c in out_creds]
+        print("credentials:\n" + _table([k.upper() for k in cred_keys], rows, right=range(3, 5)))
+    else:
+        print("credentials: none")
+    if not out_sessions:
+        print("sessions: none recorded")
+        return 0
+    headers = ["SESSION", "MODEL", "CALLS", "INPUT", "OUTPUT", "COST", "LAST_STATUS",
+               "CREDENTIAL", "STARTED", "LAST"]
+    rows = [
+        [s["session_id"], s["model"], str(s["calls"]), str(s["input_tokens"]),
+         str(s["output_tokens"]), "unknown" if s["cost"] is None else f"${s['cost']}",
+         "-" if s["last_status"] is None else str(s["last_status"]), s["credential"] or "-",
+         s["started_at"][:19].replace("T", " "), s["last_at"][:19].replace("T", " ")]
+        for s in out_sessions
+    ]
+    print("sessions:\n" + _table(headers, rows, right=range(2, 7)))
+    return 0
