@@ -138,6 +138,9 @@ def run_daemon(args: argparse.Namespace, db: Path) -> int:
                 _Lifespan(app), lifespan="on", log_config=None, access_log=False,
                 timeout_graceful_shutdown=_GRACE_S, server_header=False,
             ))
+            if not config.providers:
+                logger.warning("no providers configured: set OPENAI_API_KEY, ANTHROPIC_API_KEY "
+                               "or OPENROUTER_API_KEY, or pass --config")
             if remote:
                 logger.warning("listening on non-loopback {}: anyone who can reach it and "
                                "holds the token can spend your keys", host)
