@@ -6,7 +6,7 @@ data": it carries a secret, so its ``repr`` never shows it.
 """
 
 import msgspec
-from sessionwarden.events import Event, UpstreamResponded, UsageRecorded
+from sessionwarden.events import CallAdmitted, Event, UpstreamResponded, UsageRecorded
 from sessionwarden.store import NewEvent, StreamAppend
 
 __all__ = [
@@ -30,15 +30,9 @@ def new_event(event: Event, idempotency_key: str | None = None) -> NewEvent:
 
 
 class Admit(msgspec.Struct, frozen=True):
-    """A call enters a session (SessionActor)."""
+    """A call enters a session (SessionActor); ``client`` names the caller's software."""
 
-    call_id: str
-    session_id: str
-    provider: str
-    model: str
-    message_count: int
-    estimated_tokens: int
-    stream: bool
+    event: CallAdmitted
     client: str = ""
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pykka
 from sessionwarden.actors.bridge import PENDING, Call, GovernedActor, Reply
 from sessionwarden.actors.messages import Admit, RecordUsage, Responded, new_event
-from sessionwarden.events import CallAdmitted, SessionStarted
+from sessionwarden.events import SessionStarted
 from sessionwarden.store import ANY, NO_STREAM, EventLog, NewEvent, StreamAppend
 from sessionwarden.store.errors import StoreError, WrongExpectedVersion
 from sessionwarden.store.schema import query_int
@@ -123,25 +123,20 @@ class SessionActor(GovernedActor):
                 self.passivated += 1
 
     def _admit(self, admit: Admit) -> None:
-        session = self._get(admit.session_id)
-        admitted = new_event(
-            CallAdmitted(
-                call_id=admit.call_id, session_id=admit.session_id, provider=admit.provider,
-                model=admit.model, message_count=admit.message_count,
-                estimated_tokens=admit.estimated_tokens, stream=admit.stream,
-            )
-        )
+        call = admit.event
+        session = self._get(call.session_id)
+        admitted = new_event(call)
         if session.started:
-            self._append(admit.session_id, [admitted], session)
+            self._append(call.session_id, [admitted], session)
         else:
             started = new_event(
                 SessionStarted(
-                    session_id=admit.session_id, model=f"{admit.provider}/{admit.model}",
+                    session_id=call.session_id, model=f"{call.provider}/{call.model}",
                     client=admit.client,
                 )
             )
             session.started = True
-            self._append(admit.session_id, [started, admitted], session, NO_STREAM)
+            self._append(call.session_id, [started, admitted], session, NO_STREAM)
         session.calls += 1
 
     def _responded(self, message: Responded, reply: Reply) -> object:

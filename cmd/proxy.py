@@ -33,7 +33,12 @@ from sessionwarden.cmd.config import ProviderConfig, find_model
 from sessionwarden.cmd.errors import UnknownModel
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error
 from sessionwarden.cmd.runtime import Runtime
-from sessionwarden.events import RateLimitBucketSeen, UpstreamResponded, UsageRecorded
+from sessionwarden.events import (
+    CallAdmitted,
+    RateLimitBucketSeen,
+    UpstreamResponded,
+    UsageRecorded,
+)
 from sessionwarden.redact import default_redactor
 
 __all__ = ["IMPLICIT_SESSION", "chat_completions"]
@@ -115,8 +120,14 @@ async def chat_completions(
         return
     stream = payload.get("stream") is True
     call = _Call(session_id, provider, upstream_model, messages, stream)
-    admit = Admit(call.call_id, session_id, provider.name, upstream_model, len(messages),
-                  estimate_tokens(messages), stream, headers.get("user-agent", "")[:200])
+    admit = Admit(
+        CallAdmitted(
+            call_id=call.call_id, session_id=session_id, provider=provider.name,
+            model=upstream_model, message_count=len(messages),
+            estimated_tokens=estimate_tokens(messages), stream=stream,
+        ),
+        headers.get("user-agent", "")[:200],
+    )
     # Admission is told, not asked: the shard's mailbox is FIFO, so CallAdmitted is
     # queued before this call's UpstreamResponded whatever happens, and the call does not
     # wait for it. Only the key is worth waiting for.

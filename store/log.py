@@ -191,43 +191,41 @@ class EventLog:
 
         Pages are read in short transactions, so a long read never pins the WAL.
         """
-        remaining = limit
-        while remaining is None or remaining > 0:
-            page_size = _PAGE if remaining is None else min(_PAGE, remaining)
-            rows = self._query(
-                "SELECT * FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
-                (after, until if until is not None else 2**62, page_size),
-            )
-            if not rows:
-                return
-            for row in rows:
-                yield RecordedEvent(*row)  # type: ignore[arg-type]
-            after = rows[-1][0]  # type: ignore[assignment]
-            if remaining is not None:
-                remaining -= len(rows)
-            if len(rows) < page_size:
-                return
+        upper = until if until is not None else 2**62
+        return self._paged(
+            "SELECT * FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            lambda position: (position, upper), after, 0, limit,
+        )
 
     def read_stream(
         self, stream: str, after_version: int = 0, *, limit: int | None = None
     ) -> Iterator[RecordedEvent]:
         """Stream the events of ``stream`` with ``version > after_version`` in order."""
+        return self._paged(
+            "SELECT * FROM events WHERE stream = ? AND version > ? ORDER BY version LIMIT ?",
+            lambda position: (stream, position), after_version, 2, limit,
+        )
+
+    def _paged(
+        self,
+        sql: str,
+        args: Callable[[int], tuple[object, ...]],
+        position: int,
+        column: int,
+        limit: int | None,
+    ) -> Iterator[RecordedEvent]:
+        """Run ``sql`` page by page, resuming after ``column`` of each page's last row."""
         remaining = limit
         while remaining is None or remaining > 0:
             page_size = _PAGE if remaining is None else min(_PAGE, remaining)
-            rows = self._query(
-                "SELECT * FROM events WHERE stream = ? AND version > ? ORDER BY version LIMIT ?",
-                (stream, after_version, page_size),
-            )
-            if not rows:
-                return
+            rows = self._query(sql, (*args(position), page_size))
             for row in rows:
                 yield RecordedEvent(*row)  # type: ignore[arg-type]
-            after_version = rows[-1][2]  # type: ignore[assignment]
-            if remaining is not None:
-                remaining -= len(rows)
             if len(rows) < page_size:
                 return
+            position = rows[-1][column]  # type: ignore[assignment]
+            if remaining is not None:
+                remaining -= len(rows)
 
     def tracking_position(self, name: str) -> int | None:
         """The recorded position of consumer ``name``, or None if it never recorded one."""
