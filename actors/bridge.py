@@ -85,6 +85,9 @@ class GovernedActor(pykka.ThreadingActor):
             return "pong"
         if not isinstance(message, Call):
             return self.handle(message, _ignore)
+        if isinstance(message.message, Ping):
+            message.reply("pong", None)
+            return None
         try:
             result = self.handle(message.message, message.reply)
         except ActorCrash as exc:

@@ -43,7 +43,14 @@ class CheckpointActor(GovernedActor):
         max_wal_bytes: int = 64 * 1024 * 1024,
         on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
-        """Checkpoint the database of ``log``."""
+        """Checkpoint the database of ``log`` every ``every`` (at least 2) commits.
+
+        Each checkpoint appends an event, which is itself a commit: with ``every`` of 1
+        the actor would feed itself forever; from 2 on, its own events alone never reach
+        the threshold again.
+        """
+        if every < 2:
+            raise ValueError("checkpoint every must be at least 2 commits")
         super().__init__(on_failure)
         self._log = log
         self._every = every
@@ -60,7 +67,10 @@ class CheckpointActor(GovernedActor):
     def on_start(self) -> None:
         """Open the actor's own connection (checkpoints need one that may write)."""
         self._conn = connect(self._log.path)
-        self._conn.set_busy_timeout(500)
+        # A TRUNCATE holds the write lock while it waits for readers: keep that wait short
+        # so appends stall for at most this long (they retry on busy), and try again at
+        # the next threshold instead.
+        self._conn.set_busy_timeout(100)
 
     def on_stop(self) -> None:
         """Final TRUNCATE checkpoint, then close the connection."""

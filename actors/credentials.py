@@ -115,7 +115,12 @@ class CredentialPoolActor(GovernedActor):
                 except ConfigError as exc:
                     logger.warning("provider {}: {}; key skipped", provider.name, exc)
                     continue
-                default_redactor.add(secret)
+                try:
+                    default_redactor.add(secret)
+                except ValueError:
+                    logger.warning("provider {}: key {} is too short to be a real key; skipped",
+                                   provider.name, ref)
+                    continue
                 pool.keys.append(KeyState(ref, secret))
             recorded = {
                 fp: ref for fp, ref in conn.execute(
@@ -134,6 +139,20 @@ class CredentialPoolActor(GovernedActor):
                         provider=provider.name, fingerprint=fp, reason="not configured")))
             if events:
                 appends.append(StreamAppend(credentials_stream(provider.name), tuple(events)))
+        configured = {p.name for p in self._providers}
+        orphans: dict[str, list[str]] = {}
+        for name, fp in conn.execute(
+            "SELECT provider, fingerprint FROM view_credentials WHERE state = 'active'"
+        ):
+            if name not in configured:
+                orphans.setdefault(name, []).append(fp)
+        for name, fps in orphans.items():
+            removed = tuple(
+                new_event(CredentialRemoved(provider=name, fingerprint=fp,
+                                            reason="provider not configured"))
+                for fp in fps
+            )
+            appends.append(StreamAppend(credentials_stream(name), removed))
         if appends:
             self._log.append_batch(appends)
 

@@ -21,7 +21,7 @@ from sessionwarden.actors.bridge import PENDING, Call, GovernedActor, Reply
 from sessionwarden.actors.messages import Admit, RecordUsage, Responded, new_event
 from sessionwarden.events import SessionStarted
 from sessionwarden.store import ANY, NO_STREAM, EventLog, NewEvent, StreamAppend
-from sessionwarden.store.errors import StoreError, WrongExpectedVersion
+from sessionwarden.store.errors import ConflictError, StoreError
 from sessionwarden.store.schema import query_int
 
 __all__ = ["SessionActor", "session_shard", "session_stream"]
@@ -99,8 +99,8 @@ class SessionActor(GovernedActor):
         session = self._sessions.get(session_id)
         if session is None:
             session = self._recover(session_id)
+            self._passivate(room=1)  # before inserting: never evict the session being added
             self._sessions[session_id] = session
-            self._passivate()
         else:
             self._sessions.move_to_end(session_id)
         return session
@@ -112,11 +112,18 @@ class SessionActor(GovernedActor):
         )
         return _Session(started=calls >= 0, calls=max(calls, 0))
 
-    def _passivate(self) -> None:
-        if len(self._sessions) <= self._max:
+    def _passivate(self, room: int = 0) -> None:
+        """Passivate idle sessions, least recently used first, leaving ``room`` free.
+
+        Sessions with appends in flight stay (their snapshot is about to change), so the
+        map may briefly hold more than ``max_sessions``; it is trimmed again as their
+        appends complete.
+        """
+        limit = self._max - room
+        if len(self._sessions) <= limit:
             return
         for session_id, session in list(self._sessions.items()):
-            if len(self._sessions) <= self._max:
+            if len(self._sessions) <= limit:
                 break
             if session.pending == 0:
                 del self._sessions[session_id]
@@ -153,7 +160,7 @@ class SessionActor(GovernedActor):
         ref = self.actor_ref
 
         def done(result: Any, error: BaseException | None) -> None:
-            ref.tell(_Appended(event.session_id, error, ()))
+            ref.tell(_Appended(event.session_id, error, tuple(responded)))
             reply(result, error)
 
         self._ledger().tell(Call(RecordUsage(message.usage, (part,)), done))
@@ -174,14 +181,16 @@ class SessionActor(GovernedActor):
     def _appended(self, done: _Appended) -> None:
         session = self._sessions.get(done.session_id)
         if session is not None:
-            session.pending -= 1
+            session.pending = max(0, session.pending - 1)
+            self._passivate()
         error = done.error
-        if isinstance(error, WrongExpectedVersion):
-            # The session already had a stream (started by an earlier instance whose
-            # append was still in flight when we recovered): keep the call's events,
-            # drop the duplicate start.
+        if isinstance(error, ConflictError):
+            # Nothing was written. Either the session already had a stream (started by an
+            # earlier instance whose append was still in flight when we recovered), or the
+            # ledger refused the usage row it carried our response in. Keep this
+            # session's facts: re-append them, minus a duplicate start.
             rest = [e for e in done.events if e.type != SessionStarted.type_tag()]
-            if rest and session is not None:
-                self._append(done.session_id, rest, session)
+            if rest:
+                self._append(done.session_id, rest, self._get(done.session_id))
         elif isinstance(error, StoreError):
             raise error  # a store failure: let the supervisor restart us from the log

@@ -51,6 +51,7 @@ class Supervisor:
         self._failures: dict[str, deque[float]] = {name: deque() for name in self._order}
         self._lock = threading.Lock()
         self._stopping = False
+        self._restarting: list[threading.Thread] = []
         self._max_restarts = max_restarts
         self._window_s = window_s
         self._backoff_s = backoff_s
@@ -70,7 +71,11 @@ class Supervisor:
         # which this ping turns into an exception here instead of a silent dead ref.
         ref.ask(Ping(), timeout=self._start_timeout_s)
         with self._lock:
-            self._refs[name] = ref
+            if not self._stopping:
+                self._refs[name] = ref
+                return
+        # stop() ran while this (re)start was under way: it must not outlive stop().
+        ref.stop(block=True, timeout=self._start_timeout_s)
 
     def ref(self, name: str) -> "pykka.ActorRef[Any]":
         """The current instance of child ``name``."""
@@ -84,9 +89,12 @@ class Supervisor:
         if self._stopping:
             return
         logger.error("actor {} failed: {}: {}; restarting", name, type(exc).__name__, exc)
-        threading.Thread(
+        thread = threading.Thread(
             target=self._restart, args=(name,), name=f"sw-restart-{name}", daemon=True
-        ).start()
+        )
+        with self._lock:
+            self._restarting.append(thread)
+        thread.start()
 
     def _restart(self, name: str) -> None:
         now = time.monotonic()
@@ -116,7 +124,11 @@ class Supervisor:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the children in reverse start order, each after its queued messages."""
-        self._stopping = True
+        with self._lock:
+            self._stopping = True
+            restarting = list(self._restarting)
+        for thread in restarting:
+            thread.join(timeout)
         for name in reversed(self._order):
             ref = self._refs.get(name)
             if ref is None:

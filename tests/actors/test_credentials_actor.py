@@ -1,0 +1,386 @@
+"""CredentialPoolActor (actors/credentials.py): strategies, reconciliation, leases, secrecy."""
+
+import random
+import re
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pykka
+import pytest
+from loguru import logger
+from sessionwarden.actors.bridge import Ping, ask_blocking
+from sessionwarden.actors.credentials import (
+    CredentialPoolActor,
+    KeyState,
+    credentials_stream,
+    pick,
+)
+from sessionwarden.actors.errors import NoCredential
+from sessionwarden.actors.messages import Lease, Leased, Release
+from sessionwarden.cmd.config import ProviderConfig, parse_config
+from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.events import (
+    CODEC,
+    CredentialAdded,
+    CredentialRemoved,
+    LeaseAcquired,
+    LeaseReleased,
+)
+from sessionwarden.redact import default_redactor, fingerprint
+from sessionwarden.store import EventLog, StreamAppend
+
+_ACTOR_THREAD = re.compile(r"Actor-\d+$")
+ADDED = CredentialAdded.type_tag()
+REMOVED = CredentialRemoved.type_tag()
+ACQUIRED = LeaseAcquired.type_tag()
+RELEASED = LeaseReleased.type_tag()
+
+
+def _actor_threads(baseline: set[threading.Thread]) -> list[threading.Thread]:
+    return [
+        t for t in threading.enumerate()
+        if t not in baseline and t.is_alive()
+        and (_ACTOR_THREAD.search(t.name) or t.name.startswith("sw-"))
+    ]
+
+
+def providers(*entries: tuple[str, list[str], str, int]) -> tuple[ProviderConfig, ...]:
+    """``(name, key variables, strategy, max_concurrent_leases)`` -> parsed providers."""
+    text = ""
+    for name, variables, strategy, cap in entries:
+        keys = ", ".join(f'"env:{v}"' for v in variables)
+        text += (
+            "[[providers]]\n"
+            f'name = "{name}"\n'
+            f'base_url = "http://127.0.0.1:9/v1"\n'
+            f"keys = [{keys}]\n"
+            f'strategy = "{strategy}"\n'
+            f"max_concurrent_leases = {cap}\n"
+        )
+    return parse_config(text, "test").providers
+
+
+class Pool:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.log = EventLog(path, projections=default_projections())
+        self.environ = {
+            f"TEST_KEY_{i}": f"sk-test-{i}-{secrets.token_hex(16)}" for i in range(1, 5)
+        }
+
+    def fp(self, variable: str) -> str:
+        return fingerprint(self.environ[variable])
+
+    def start(
+        self,
+        config: tuple[ProviderConfig, ...],
+        environ: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> "pykka.ActorRef[Any]":
+        return CredentialPoolActor.start(
+            self.log, config, self.environ if environ is None else environ, **options
+        )
+
+    def settle(self, ref: "pykka.ActorRef[Any] | None" = None) -> None:
+        if ref is not None and ref.is_alive():
+            ref.ask(Ping(), timeout=5)
+        self.log.submit([StreamAppend("test-barrier", ())]).wait(10)
+
+    def events(self, provider: str) -> list[Any]:
+        return [CODEC.decode(e.type, e.data) for e in self.log.read_stream(
+            credentials_stream(provider))]
+
+    def view(self, provider: str) -> dict[str, tuple[str, str, int, Any]]:
+        rows = self.log.read_connection().execute(
+            "SELECT fingerprint, ref, state, leases, last_status FROM view_credentials"
+            " WHERE provider = ?", (provider,)).fetchall()
+        return {fp: (ref, state, leases, status) for fp, ref, state, leases, status in rows}
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[Pool]:
+    baseline = set(threading.enumerate())
+    p = Pool(tmp_path / "e.db")
+    try:
+        yield p
+    finally:
+        pykka.ActorRegistry.stop_all()
+        p.log.close()
+        deadline = time.monotonic() + 5.0
+        while _actor_threads(baseline) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _actor_threads(baseline) == []
+        assert pykka.ActorRegistry.get_all() == []
+
+
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    messages: list[str] = []
+    sink = logger.add(lambda m: messages.append(str(m)), level="WARNING", format="{message}")
+    try:
+        yield messages
+    finally:
+        logger.remove(sink)
+
+
+# ------------------------------------------------------------------ pick (pure)
+
+
+def keys(n: int) -> list[KeyState]:
+    return [KeyState(f"env:K{i}", f"secret-value-{i}-xxxxxxxx") for i in range(n)]
+
+
+def test_pick_fill_first_uses_the_first_key_until_it_is_at_the_cap() -> None:
+    ks = keys(3)
+    rng = random.Random(0)
+    assert pick(ks, "fill_first", 0, 2, rng) == (ks[0], 0)
+    ks[0].active = 2
+    assert pick(ks, "fill_first", 0, 2, rng)[0] is ks[1]
+    ks[1].active = 5
+    assert pick(ks, "fill_first", 0, 2, rng)[0] is ks[2]
+    ks[2].active = 2
+    # Soft cap: every key busy, the call is still served (by the first key).
+    assert pick(ks, "fill_first", 0, 2, rng)[0] is ks[0]
+
+
+def test_pick_round_robin_rotates_and_skips_keys_at_the_cap() -> None:
+    ks = keys(3)
+    rng = random.Random(0)
+    cursor, seen = 0, []
+    for _ in range(7):
+        key, cursor = pick(ks, "round_robin", cursor, 4, rng)
+        seen.append(ks.index(key))
+    assert seen == [0, 1, 2, 0, 1, 2, 0]
+    assert cursor == 1
+    ks[1].active = 4  # at the cap: skipped
+    key, cursor = pick(ks, "round_robin", 1, 4, rng)
+    assert (ks.index(key), cursor) == (2, 0)
+    for k in ks:
+        k.active = 4
+    key, cursor = pick(ks, "round_robin", 2, 4, rng)  # all busy: still rotates
+    assert (ks.index(key), cursor) == (2, 0)
+
+
+def test_pick_random_is_uniform_reproducible_and_prefers_keys_under_the_cap() -> None:
+    ks = keys(4)
+
+    def draws(seed: int, n: int) -> list[int]:
+        rng = random.Random(seed)
+        return [ks.index(pick(ks, "random", 0, 4, rng)[0]) for _ in range(n)]
+
+    first = draws(7, 400)
+    assert first == draws(7, 400)
+    assert first != draws(8, 400)
+    counts = Counter(first)
+    assert set(counts) == {0, 1, 2, 3}
+    assert all(60 < c < 140 for c in counts.values()), counts
+    ks[0].active = ks[2].active = 4
+    rng = random.Random(7)
+    assert {ks.index(pick(ks, "random", 0, 4, rng)[0]) for _ in range(100)} == {1, 3}
+    assert pick(ks, "random", 3, 4, rng)[1] == 3  # the cursor is left alone
+
+
+def test_pick_least_used_prefers_fewest_active_then_fewest_leases() -> None:
+    ks = keys(3)
+    rng = random.Random(0)
+    ks[0].active, ks[0].leases = 1, 1
+    ks[1].active, ks[1].leases = 0, 9
+    ks[2].active, ks[2].leases = 0, 3
+    assert pick(ks, "least_used", 0, 4, rng)[0] is ks[2]
+    ks[2].active = 1
+    assert pick(ks, "least_used", 0, 4, rng)[0] is ks[1]
+    ks[1].active = 4  # at the cap: a key under it wins even with more active leases
+    ks[0].active, ks[2].active = 3, 2
+    assert pick(ks, "least_used", 0, 4, rng)[0] is ks[2]
+
+
+def test_pick_with_no_keys_raises_no_credential() -> None:
+    with pytest.raises(NoCredential):
+        pick([], "fill_first", 0, 4, random.Random(0))
+
+
+# ------------------------------------------------------------------ reconciliation
+
+
+def test_keys_are_recorded_once_and_removed_keys_are_recorded_as_removed(
+    pool: Pool,
+) -> None:
+    three = providers(("p1", ["TEST_KEY_1", "TEST_KEY_2", "TEST_KEY_3"], "fill_first", 4))
+    ref = pool.start(three)
+    pool.settle(ref)
+    added = pool.events("p1")
+    assert added == [
+        CredentialAdded(
+            provider="p1", ref=f"env:TEST_KEY_{i}", fingerprint=pool.fp(f"TEST_KEY_{i}"))
+        for i in (1, 2, 3)
+    ]
+    ref.stop()
+
+    ref = pool.start(three)  # a restart: nothing new to record
+    pool.settle(ref)
+    assert len(pool.events("p1")) == 3
+    ref.stop()
+
+    two = providers(("p1", ["TEST_KEY_1", "TEST_KEY_3"], "fill_first", 4))
+    ref = pool.start(two)
+    pool.settle(ref)
+    events = pool.events("p1")
+    assert events[3:] == [
+        CredentialRemoved(provider="p1", fingerprint=pool.fp("TEST_KEY_2"), reason="not configured")
+    ]
+    view = pool.view("p1")
+    assert view[pool.fp("TEST_KEY_2")][1] == "removed"
+    assert view[pool.fp("TEST_KEY_1")][1] == view[pool.fp("TEST_KEY_3")][1] == "active"
+    ref.stop()
+
+    ref = pool.start(two)  # removed once, not on every start
+    pool.settle(ref)
+    assert len(pool.events("p1")) == 4
+    ref.stop()
+
+    ref = pool.start(three)  # configured again: active again
+    pool.settle(ref)
+    assert pool.events("p1")[4:] == [added[1]]
+    assert pool.view("p1")[pool.fp("TEST_KEY_2")][1] == "active"
+
+
+def test_keys_of_a_provider_removed_from_the_config_are_recorded_as_removed(
+    pool: Pool,
+) -> None:
+    ref = pool.start(providers(
+        ("p1", ["TEST_KEY_1"], "fill_first", 4), ("p2", ["TEST_KEY_2"], "fill_first", 4)))
+    pool.settle(ref)
+    ref.stop()
+    ref = pool.start(providers(("p1", ["TEST_KEY_1"], "fill_first", 4)))
+    pool.settle(ref)
+    assert pool.view("p2")[pool.fp("TEST_KEY_2")][1] == "removed"
+
+
+def test_a_key_whose_variable_is_unset_is_skipped_with_a_warning(
+    pool: Pool, warnings: list[str]
+) -> None:
+    environ = {k: v for k, v in pool.environ.items() if k != "TEST_KEY_2"}
+    config = providers(("p1", ["TEST_KEY_1", "TEST_KEY_2", "TEST_KEY_3"], "round_robin", 4))
+    ref = pool.start(config, environ)
+    ref.ask(Ping(), timeout=5)  # on_start has run
+    assert any("TEST_KEY_2" in m and "skipped" in m for m in warnings), warnings
+    assert not any(pool.environ["TEST_KEY_1"] in m for m in warnings)
+    leased = [ask_blocking(ref, Lease("p1", f"c{i}")).fingerprint for i in range(4)]
+    assert leased == [pool.fp("TEST_KEY_1"), pool.fp("TEST_KEY_3")] * 2
+    pool.settle(ref)
+    assert {e.ref for e in pool.events("p1") if isinstance(e, CredentialAdded)} == {
+        "env:TEST_KEY_1", "env:TEST_KEY_3"}
+
+
+def test_lease_without_a_usable_key_raises_no_credential(pool: Pool) -> None:
+    config = providers(
+        ("empty", ["TEST_UNSET_A", "TEST_UNSET_B"], "fill_first", 4),
+        ("p1", ["TEST_KEY_1"], "fill_first", 4),
+    )
+    ref = pool.start(config)
+    with pytest.raises(NoCredential, match="'empty' has no usable key"):
+        ask_blocking(ref, Lease("empty", "c1"))
+    with pytest.raises(NoCredential, match="'nowhere' has no usable key"):
+        ask_blocking(ref, Lease("nowhere", "c2"))
+    assert ask_blocking(ref, Lease("p1", "c3")).fingerprint == pool.fp("TEST_KEY_1")
+    pool.settle(ref)
+    assert pool.events("empty") == []
+    assert [type(e) for e in pool.events("p1")] == [CredentialAdded, LeaseAcquired]
+
+
+# ------------------------------------------------------------------ leases
+
+
+def test_every_lease_and_release_is_recorded(pool: Pool) -> None:
+    ref = pool.start(providers(("p1", ["TEST_KEY_1", "TEST_KEY_2"], "least_used", 4)))
+    leases: list[Leased] = [ask_blocking(ref, Lease("p1", f"c{i}")) for i in range(6)]
+    assert Counter(lease.fingerprint for lease in leases) == {
+        pool.fp("TEST_KEY_1"): 3, pool.fp("TEST_KEY_2"): 3}
+    assert all(lease.secret == pool.environ[
+        "TEST_KEY_1" if lease.fingerprint == pool.fp("TEST_KEY_1") else "TEST_KEY_2"]
+        for lease in leases)
+    for i, lease in enumerate(leases[:4]):
+        ref.tell(Release("p1", lease.fingerprint, f"c{i}", 200 + i))
+    pool.settle(ref)
+    snapshot = dict((fp, (active, total)) for fp, active, total in
+                    ref.proxy().snapshot().get()["p1"])
+    active = Counter(lease.fingerprint for lease in leases[4:])
+    both = (pool.fp("TEST_KEY_1"), pool.fp("TEST_KEY_2"))
+    assert snapshot == {fp: (active[fp], 3) for fp in both}
+
+    events = pool.events("p1")
+    acquired = [e for e in events if isinstance(e, LeaseAcquired)]
+    released = [e for e in events if isinstance(e, LeaseReleased)]
+    assert [(e.call_id, e.fingerprint) for e in acquired] == [
+        (f"c{i}", lease.fingerprint) for i, lease in enumerate(leases)]
+    assert [(e.call_id, e.status) for e in released] == [(f"c{i}", 200 + i) for i in range(4)]
+    view = pool.view("p1")
+    assert sum(leases for _, _, leases, _ in view.values()) == 6
+
+
+def test_round_robin_and_the_soft_cap_through_the_actor(pool: Pool) -> None:
+    ref = pool.start(providers(
+        ("rr", ["TEST_KEY_1", "TEST_KEY_2", "TEST_KEY_3"], "round_robin", 4),
+        ("ff", ["TEST_KEY_1", "TEST_KEY_2"], "fill_first", 2),
+    ))
+    rr = [ask_blocking(ref, Lease("rr", f"r{i}")).fingerprint for i in range(6)]
+    assert rr == [pool.fp(f"TEST_KEY_{i}") for i in (1, 2, 3)] * 2
+    # fill_first with max_concurrent_leases = 2: two on the first key, then the second,
+    # and once both are at the cap the call is still served.
+    ff = [ask_blocking(ref, Lease("ff", f"f{i}")) for i in range(5)]
+    one, two = pool.fp("TEST_KEY_1"), pool.fp("TEST_KEY_2")
+    assert [lease.fingerprint for lease in ff] == [one, one, two, two, one]
+    ref.tell(Release("ff", two, "f2", 200))
+    assert ask_blocking(ref, Lease("ff", "f5")).fingerprint == two
+
+
+def test_random_strategy_with_a_seeded_rng_is_reproducible(pool: Pool) -> None:
+    config = providers(("rnd", ["TEST_KEY_1", "TEST_KEY_2", "TEST_KEY_3"], "random", 100))
+
+    def run() -> list[str]:
+        ref = pool.start(config, rng=random.Random(1234))
+        try:
+            return [ask_blocking(ref, Lease("rnd", f"c{i}")).fingerprint for i in range(30)]
+        finally:
+            ref.stop()
+
+    first = run()
+    assert first == run()
+    assert len(set(first)) == 3
+
+
+# ------------------------------------------------------------------ secrecy
+
+
+def test_the_secret_never_reaches_the_log_or_a_repr(pool: Pool) -> None:
+    config = providers(("p1", ["TEST_KEY_1", "TEST_KEY_2"], "round_robin", 4))
+    ref = pool.start(config)
+    for i in range(4):
+        lease = ask_blocking(ref, Lease("p1", f"c{i}"))
+        for text in (repr(lease), str(lease)):
+            assert lease.secret not in text and lease.fingerprint in text
+        ref.tell(Release("p1", lease.fingerprint, f"c{i}", 429))
+    ref.stop()  # restart and removal are recorded too
+    ref = pool.start(providers(("p1", ["TEST_KEY_1"], "round_robin", 4)))
+    pool.settle(ref)
+    state = KeyState("env:TEST_KEY_1", pool.environ["TEST_KEY_1"])
+    assert pool.environ["TEST_KEY_1"] not in repr(state)
+    assert pool.environ["TEST_KEY_1"] not in repr([state])
+    for variable in ("TEST_KEY_1", "TEST_KEY_2"):
+        assert pool.environ[variable] in default_redactor  # registered for scrubbing
+    assert len(pool.events("p1")) == 2 + 4 + 4 + 1
+
+    pykka.ActorRegistry.stop_all()
+    pool.log.close()
+    blob = b"".join(
+        f.read_bytes() for f in pool.path.parent.iterdir() if f.name.startswith("e.db"))
+    assert b"TEST_KEY_1" in blob  # the reference is recorded ...
+    for variable in ("TEST_KEY_1", "TEST_KEY_2"):
+        secret = pool.environ[variable].encode()
+        assert secret not in blob  # ... the secret never
+        assert secret[8:] not in blob
