@@ -66,8 +66,8 @@ _DROP_DOWN = frozenset({
 class _Call:
     """What the proxy knows about one call while it is in flight."""
 
-    __slots__ = ("call_id", "lease", "messages", "model", "provider", "session_id", "started",
-                 "stream")
+    __slots__ = ("call_id", "lease", "messages", "model", "provider", "recorded", "session_id",
+                 "started", "stream")
 
     def __init__(self, session_id: str, provider: ProviderConfig, model: str, messages: Any,
                  stream: bool) -> None:
@@ -78,6 +78,7 @@ class _Call:
         self.messages = messages
         self.stream = stream
         self.lease: Leased | None = None
+        self.recorded = False
         self.started = time.perf_counter()
 
 
@@ -157,6 +158,20 @@ async def chat_completions(
     out_headers["content-type"] = "application/json"
     out_headers["accept-encoding"] = "identity"
     try:
+        await _forward(rt, call, upstream, out_headers, injected, receive, send)
+    except asyncio.CancelledError:
+        # Cancelled before the relay could record (shutdown past its grace period).
+        await asyncio.shield(_record(rt, call, 499, {}, None, error="cancelled at shutdown",
+                                     disconnected=True))
+        raise
+
+
+async def _forward(
+    rt: Runtime, call: _Call, upstream: dict[str, Any], out_headers: dict[str, str],
+    injected: bool, receive: ASGIReceive, send: ASGISend,
+) -> None:
+    provider = call.provider
+    try:
         response = await rt.http().post(
             provider.base_url.rstrip("/") + "/chat/completions",
             data=_encode(upstream), headers=out_headers,
@@ -170,7 +185,7 @@ async def chat_completions(
         return
     try:
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
-        if stream and response.status == 200 and is_sse:
+        if call.stream and response.status == 200 and is_sse:
             await _relay_stream(rt, call, response, injected, receive, send)
         else:
             await _relay_plain(rt, call, response, send)
@@ -214,13 +229,6 @@ async def _relay_stream(
     receive: ASGIReceive, send: ASGISend,
 ) -> None:
     disconnected = asyncio.Event()
-
-    async def watch() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        disconnected.set()
-
-    watcher = asyncio.create_task(watch())
     usage_block: object = None
     text: list[str] = []
     held = b""
@@ -234,55 +242,76 @@ async def _relay_stream(
         except Exception:  # the client went away between our check and the write
             disconnected.set()
 
+    async def record() -> None:
+        await _record(
+            rt, call, 200, _lower(response.headers), usage_block, output="".join(text),
+            has_output=True, disconnected=disconnected.is_set(),
+        )
+
+    loop = asyncio.get_running_loop()
     try:
-        await _start(send, 200, response, call, None)
-        deadline = None
-        async for chunk in response.content.iter_any():
-            buffer += chunk
-            out = bytearray()
-            while True:
-                cut = _event_end(buffer)
-                if cut < 0:
-                    break
-                event, buffer = buffer[:cut], buffer[cut:]
-                data = _sse_data(event)
-                if data == b"[DONE]":
-                    held += event
-                    continue
-                keep = True
-                if data is not None:
-                    try:
-                        parsed = _decode(data)
-                    except (msgspec.DecodeError, RecursionError):
-                        parsed = None
-                    if isinstance(parsed, dict):
-                        if parsed.get("usage") is not None:
-                            usage_block = parsed["usage"]
-                            keep = not (injected and not parsed.get("choices"))
-                        _collect_text(parsed, text)
-                if held:  # nothing may follow [DONE]; keep order if something does
-                    held += event
-                elif keep:
-                    out += event
-            await forward(bytes(out))
-            if disconnected.is_set():
-                deadline = deadline or time.monotonic() + _DRAIN_AFTER_DISCONNECT_S
-                if usage_block is not None or time.monotonic() > deadline:
-                    break
+        # Once the client is gone, the upstream is drained for its usage for a bounded
+        # time; the bound must hold even when the upstream goes silent, so it is a
+        # deadline on the whole read, armed by the disconnect watcher.
+        async with asyncio.timeout(None) as drain:
+
+            async def watch() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                disconnected.set()
+                drain.reschedule(loop.time() + _DRAIN_AFTER_DISCONNECT_S)
+
+            watcher = asyncio.create_task(watch())
+            try:
+                await _start(send, 200, response, call, None)
+                async for chunk in response.content.iter_any():
+                    buffer += chunk
+                    out = bytearray()
+                    while (cut := _event_end(buffer)) >= 0:
+                        event, buffer = buffer[:cut], buffer[cut:]
+                        data = _sse_data(event)
+                        if data == b"[DONE]":
+                            held += event
+                            continue
+                        keep = True
+                        parsed = _decode_or_none(data)
+                        if isinstance(parsed, dict):
+                            if parsed.get("usage") is not None:
+                                usage_block = parsed["usage"]
+                                keep = not (injected and not parsed.get("choices"))
+                            _collect_text(parsed, text)
+                        if held:  # nothing may follow [DONE]; keep order if something does
+                            held += event
+                        elif keep:
+                            out += event
+                    await forward(bytes(out))
+                    if disconnected.is_set() and usage_block is not None:
+                        break
+            finally:
+                watcher.cancel()
     except (aiohttp.ClientError, TimeoutError) as exc:
-        logger.warning("call {}: upstream stream broke off: {}", call.call_id, type(exc).__name__)
-    finally:
-        watcher.cancel()
+        logger.warning("call {}: upstream stream ended early: {}", call.call_id, type(exc).__name__)
+    except asyncio.CancelledError:
+        # The daemon is shutting down past its grace period: the call still gets its row.
+        disconnected.set()
+        await asyncio.shield(record())
+        raise
     # Record before the last bytes go out: a client that saw [DONE] has its ledger row.
-    await asyncio.shield(_record(
-        rt, call, 200, _lower(response.headers), usage_block, output="".join(text),
-        has_output=True, disconnected=disconnected.is_set(),
-    ))
+    await asyncio.shield(record())
     if not disconnected.is_set():
         try:
             await send({"type": "http.response.body", "body": held + buffer, "more_body": False})
         except Exception:
             pass
+
+
+def _decode_or_none(data: bytes | None) -> object:
+    if data is None:
+        return None
+    try:
+        return _decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
 
 
 def _event_end(buffer: bytes) -> int:
@@ -345,7 +374,14 @@ async def _record(
     *, output: object = None, error: str = "", has_output: bool = False,
     disconnected: bool = False,
 ) -> None:
-    """Record the upstream response and the call's usage; return once durable."""
+    """Record the upstream response and the call's usage; return once durable.
+
+    Runs at most once per call, whichever path (normal end, error, cancellation) gets
+    there first.
+    """
+    if call.recorded:
+        return
+    call.recorded = True
     latency_ms = round((time.perf_counter() - call.started) * 1000, 3)
     credential = call.lease.fingerprint if call.lease else ""
     limits = parse_rate_limits(headers, datetime.now(UTC)) if headers else None
