@@ -58,7 +58,7 @@ BEGIN SELECT RAISE(ABORT, 'the event log is append-only: DELETE is forbidden'); 
 CREATE TABLE IF NOT EXISTS tracking (
     name     TEXT PRIMARY KEY,
     position INTEGER NOT NULL
-);
+) WITHOUT ROWID;
 """
 
 _umask_lock = threading.Lock()

@@ -24,7 +24,7 @@ class StreamsView:
             "CREATE TABLE IF NOT EXISTS view_streams ("
             " stream TEXT PRIMARY KEY, version INTEGER NOT NULL, events INTEGER NOT NULL,"
             " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,"
-            " first_recorded_at TEXT NOT NULL, last_recorded_at TEXT NOT NULL)"
+            " first_recorded_at TEXT NOT NULL, last_recorded_at TEXT NOT NULL) WITHOUT ROWID"
         )
 
     def apply(self, conn: apsw.Connection, events: Sequence[RecordedEvent]) -> None:

@@ -417,6 +417,8 @@ class GroupCommitWriter:
                 self._conn, "SELECT position FROM tracking WHERE name = ?",
                 (tracking_name(projection),),
             )
+            if position >= head:
+                continue
             while position < head:
                 page = [
                     RecordedEvent(*r)
