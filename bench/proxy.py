@@ -490,7 +490,9 @@ def report(results: dict[tuple[int, int, bool, str], Cell], rounds: int, modes: 
 # -- main ---------------------------------------------------------------------------------
 
 
-def on_sigterm(signum: int, frame: FrameType | None) -> None:
+def on_signal(signum: int, frame: FrameType | None) -> None:
+    # Raised wherever the main thread is, also inside blocking start-up waits; asyncio.run
+    # keeps a handler installed before it (its own one would only cancel the main task).
     raise KeyboardInterrupt
 
 
@@ -680,7 +682,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=0, help="override rounds (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     workdir = Path(tempfile.mkdtemp(prefix="sw-bench-proxy-"))
     procs: list[Proc] = []
     try:
