@@ -284,6 +284,12 @@ def test_sigterm_exits_zero_and_restart_keeps_ledger(
                          json=chat_body(fake={"status": 500})).status_code == 500
     before = first.ledger()
     assert len(before) == 5
+    # The CLI reads while the daemon runs (read-only, never blocking it).
+    usage_running = json.loads(first.cli("usage", "--json").stdout)
+    assert [(r["session"], r["requests"]) for r in usage_running] == [("restart", 4), ("implicit", 1)]
+    assert all(r["cost"] is None and r["cost_status"] == "unknown" for r in usage_running)
+    status = json.loads(first.cli("status", "--json").stdout)
+    assert {s["session_id"] for s in status["sessions"]} == {"restart", "implicit"}
 
     started = time.monotonic()
     assert first.stop(timeout=10) == 0
@@ -293,6 +299,7 @@ def test_sigterm_exits_zero_and_restart_keeps_ledger(
 
     second = daemon_factory(db=first.db, name="again").start()
     assert second.ledger() == before
+    assert json.loads(second.cli("usage", "--json").stdout) == usage_running
     second.replay_verify()
     with second.openai() as client:
         assert client.chat.completions.create(model=MODEL, messages=MESSAGES).choices
