@@ -286,7 +286,8 @@ def test_sigterm_exits_zero_and_restart_keeps_ledger(
     assert len(before) == 5
     # The CLI reads while the daemon runs (read-only, never blocking it).
     usage_running = json.loads(first.cli("usage", "--json").stdout)
-    assert [(r["session"], r["requests"]) for r in usage_running] == [("restart", 4), ("implicit", 1)]
+    requests = [(r["session"], r["requests"]) for r in usage_running]
+    assert requests == [("restart", 4), ("implicit", 1)]
     assert all(r["cost"] is None and r["cost_status"] == "unknown" for r in usage_running)
     status = json.loads(first.cli("status", "--json").stdout)
     assert {s["session_id"] for s in status["sessions"]} == {"restart", "implicit"}
