@@ -5,16 +5,20 @@ whatever has queued up, commits it in one ``BEGIN IMMEDIATE`` transaction with
 ``synchronous=FULL`` and only then acknowledges each request: one fsync is shared by the
 whole group, which is where the throughput over one-transaction-per-event comes from.
 
-Each request runs inside its own SAVEPOINT, so a conflicting request fails alone and the
-rest of the group still commits, and a request spanning several streams is all or nothing.
-Projections are applied inside the same savepoint, so views never run ahead of the log.
+Every request of a group is first *planned* against the log and the requests before it
+(``sessionwarden.store.planning``): conflicts are found there, before anything is
+written, so a conflicting request fails alone and the rest of the group still commits,
+and a request spanning several streams is all or nothing. The accepted rows are then
+written with one ``executemany`` and the projections applied once, in the same
+transaction, so views never run ahead of the log. If that write fails anyway (a
+projection raised), the group is redone request by request, each in its own SAVEPOINT,
+so only the guilty request fails.
 
 Other processes may append to the same file between our transactions. The head sequence
 and hash are therefore read at the start of every transaction, and the cache of stream
 heads is trusted only while the head is still the one this writer committed last.
 """
 
-import itertools
 import queue
 import threading
 import time
@@ -26,20 +30,17 @@ import apsw
 from loguru import logger
 from sessionwarden.store.errors import (
     ConflictError,
-    IdempotencyConflict,
     StoreClosed,
     StoreError,
     StoreProgrammingError,
-    TrackingConflict,
-    WrongExpectedVersion,
 )
-from sessionwarden.store.hashing import GENESIS, event_hash
+from sessionwarden.store.hashing import GENESIS
+from sessionwarden.store.planning import GroupState, Plan, Planner
 from sessionwarden.store.projections import Projection, tracking_name
 from sessionwarden.store.records import (
     AppendResult,
     RecordedEvent,
     StreamAppend,
-    StreamState,
     Tracking,
 )
 from sessionwarden.store.retry import retry_busy
@@ -48,7 +49,6 @@ from sessionwarden.store.schema import query_int, translate
 __all__ = ["AppendRequest", "GroupCommitWriter", "utc_now"]
 
 _INSERT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_MAX_CACHED_HEADS = 100_000
 _WINDOW_S = 0.0003
 
 
@@ -123,7 +123,7 @@ class GroupCommitWriter:
         self._max_group = max_group
         self._busy_budget_s = busy_budget_s
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._heads: dict[str, int] = {}
+        self._planner = Planner(conn)
         self._last_seq = -1  # unknown until our first commit
         self._last_written = 0
         self._closed = False
@@ -244,17 +244,19 @@ class GroupCommitWriter:
             row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (row[0], row[1]) if row else (0, GENESIS)
             start = seq
-            if seq != self._last_seq or len(self._heads) > _MAX_CACHED_HEADS:
-                self._heads.clear()
+            if seq != self._last_seq:
+                self._planner.forget()
             if seq != self._last_seq:
                 self._catch_up_views(seq)
             now = self._clock().astimezone(UTC).isoformat(timespec="microseconds")
-            group_state = _GroupState()
+            group_state = GroupState()
             outcomes: list[_Outcome] = []
-            plans: list[_Plan] = []
+            plans: list[Plan] = []
             for request in group:
                 try:
-                    plan = self._plan(request, seq, prev, now, group_state)
+                    plan = self._planner.plan(
+                        request.appends, request.tracking, seq, prev, now, group_state
+                    )
                 except (ConflictError, StoreProgrammingError) as exc:
                     outcomes.append((None, exc))
                     continue
@@ -272,7 +274,7 @@ class GroupCommitWriter:
                     conn.execute("RELEASE request")
                 else:
                     plans.append(plan)
-                group_state.accept(plan, self._heads)
+                group_state.accept(plan, self._planner.heads)
                 seq, prev = plan.seq, plan.prev
                 outcomes.append((plan.results, None))
             if plans:
@@ -292,68 +294,14 @@ class GroupCommitWriter:
         except BaseException:
             if not conn.getautocommit():
                 conn.execute("ROLLBACK")
-            self._heads.clear()
+            self._planner.forget()
             self._last_seq = -1
             raise
         self._last_written = seq - start
         self._last_seq = seq
         return outcomes
 
-    def _plan(
-        self, request: AppendRequest, seq: int, prev: bytes, now: str, group: "_GroupState"
-    ) -> "_Plan":
-        """Check a request against the log and the group so far; compute its rows."""
-        plan = _Plan(seq, prev)
-        for part in request.appends:
-            duplicate = self._find_retry(part, group.keys)
-            if duplicate is not None:
-                plan.results.append(duplicate)
-                continue
-            last = plan.heads.get(part.stream)
-            if last is None:
-                last = self._head(part.stream)  # -1: the stream has no events
-            head = max(last, 0)
-            _check_expected(part, head)
-            if part.versions is not None:
-                _check_versions(part, last)
-                versions: Sequence[int] = part.versions
-            else:
-                versions = range(head + 1, head + 1 + len(part.events))
-            if not part.events:
-                plan.results.append(AppendResult(part.stream, 0, 0, head))
-                continue
-            first = plan.seq + 1
-            for event, version in zip(part.events, versions, strict=True):
-                key = event.idempotency_key
-                if key is not None:
-                    if key in plan.keys or key in group.keys:
-                        raise IdempotencyConflict(key, "is used twice in one append")
-                    plan.keys[key] = (plan.seq + 1, part.stream, version, event.type, event.data)
-                plan.seq += 1
-                digest = event_hash(
-                    plan.prev, plan.seq, part.stream, version, event.type, event.schema_version,
-                    now, key, event.data,
-                )
-                plan.rows.append(
-                    (plan.seq, part.stream, version, event.type, event.schema_version, now,
-                     key, event.data, plan.prev, digest)
-                )
-                plan.prev = digest
-            plan.heads[part.stream] = versions[-1]
-            plan.results.append(AppendResult(part.stream, first, plan.seq, versions[-1]))
-        if request.tracking is not None:
-            name, position = request.tracking.name, request.tracking.position
-            current = group.tracking.get(name)
-            if current is None:
-                current = query_int(
-                    self._conn, "SELECT position FROM tracking WHERE name = ?", (name,), -1
-                )
-            if position <= current:
-                raise TrackingConflict(name, position, current)
-            plan.tracking = request.tracking
-        return plan
-
-    def _write(self, plans: list["_Plan"]) -> None:
+    def _write(self, plans: list[Plan]) -> None:
         rows = [row for plan in plans for row in plan.rows]
         if rows:
             self._conn.executemany(_INSERT, rows)
@@ -368,47 +316,6 @@ class GroupCommitWriter:
             recorded = [RecordedEvent(*row) for row in rows]
             for projection in self._projections:
                 projection.apply(self._conn, recorded)
-
-    def _head(self, stream: str) -> int:
-        head = self._heads.get(stream)
-        if head is None:
-            head = query_int(
-                self._conn, "SELECT max(version) FROM events WHERE stream = ?", (stream,), -1
-            )
-            self._heads[stream] = head
-        return head
-
-    def _find_retry(
-        self, part: StreamAppend, pending: dict[str, "_KeyedRow"]
-    ) -> AppendResult | None:
-        """The original result if ``part`` is a retry of a stored (or pending) append."""
-        keys = [e.idempotency_key for e in part.events if e.idempotency_key is not None]
-        if not keys:
-            return None
-        stored: list[tuple[str, _KeyedRow]] = []
-        for key in keys:
-            found = pending.get(key)
-            if found is None:
-                row = self._conn.execute(
-                    "SELECT seq, stream, version, type, data FROM events "
-                    "WHERE idempotency_key = ?",
-                    (key,),
-                ).fetchone()
-                found = None if row is None else (row[0], row[1], row[2], row[3], row[4])
-            if found is not None:
-                stored.append((key, found))
-        if not stored:
-            return None
-        if len(stored) != len(part.events):
-            raise IdempotencyConflict(stored[0][0], "was stored by an append of other events")
-        first_seq = stored[0][1][0]
-        if [row[0] for _, row in stored] != list(range(first_seq, first_seq + len(stored))):
-            raise IdempotencyConflict(stored[0][0], "was stored by an append of other events")
-        for event, (key, (_, stream, _, type_tag, data)) in zip(part.events, stored, strict=True):
-            if stream != part.stream or type_tag != event.type or data != event.data:
-                raise IdempotencyConflict(key, "was stored with different content")
-        first, last = stored[0][1], stored[-1][1]
-        return AppendResult(part.stream, first[0], last[0], last[2], duplicate=True)
 
     def _catch_up_views(self, head: int) -> None:
         """Fold events appended by other processes into views that lag behind."""
@@ -436,10 +343,6 @@ class GroupCommitWriter:
             )
 
 
-_KeyedRow = tuple[int, str, int, str, bytes]  # seq, stream, version, type, data
-# An ``events`` row: seq, stream, version, type, schema_version, recorded_at,
-# idempotency_key, data, prev_hash, hash.
-_Row = tuple[int, str, int, str, int, str, str | None, bytes, bytes, bytes]
 _Outcome = tuple[list[AppendResult] | None, StoreError | None]
 
 
@@ -447,59 +350,5 @@ class _WriteFailed(Exception):
     """The one-shot write of a whole group failed; redo it request by request."""
 
 
-class _Plan:
-    """What one request will write: rows, results, new stream heads, keys, tracking."""
-
-    __slots__ = ("heads", "keys", "prev", "results", "rows", "seq", "tracking")
-
-    def __init__(self, seq: int, prev: bytes) -> None:
-        self.seq, self.prev = seq, prev
-        self.rows: list[_Row] = []
-        self.results: list[AppendResult] = []
-        self.heads: dict[str, int] = {}
-        self.keys: dict[str, _KeyedRow] = {}
-        self.tracking: Tracking | None = None
-
-
-class _GroupState:
-    """What accepted requests of the current group will have written, for later ones."""
-
-    __slots__ = ("keys", "tracking")
-
-    def __init__(self) -> None:
-        self.keys: dict[str, _KeyedRow] = {}
-        self.tracking: dict[str, int] = {}
-
-    def accept(self, plan: _Plan, heads: dict[str, int]) -> None:
-        heads.update(plan.heads)
-        self.keys.update(plan.keys)
-        if plan.tracking is not None:
-            self.tracking[plan.tracking.name] = plan.tracking.position
-
-
 def _bug(exc: BaseException) -> StoreProgrammingError:
     return StoreProgrammingError(f"append failed: {type(exc).__name__}: {exc}")
-
-
-def _check_versions(part: StreamAppend, head: int) -> None:
-    versions = part.versions or ()
-    if (
-        len(versions) != len(part.events)
-        or any(b <= a for a, b in itertools.pairwise(versions))
-        or (versions and versions[0] <= head)
-    ):
-        raise WrongExpectedVersion(part.stream, versions, head)
-
-
-def _check_expected(part: StreamAppend, head: int) -> None:
-    expected = part.expected_version
-    if expected is StreamState.ANY:
-        return
-    if expected is StreamState.NO_STREAM:
-        ok = head == 0
-    elif expected is StreamState.EXISTS:
-        ok = head > 0
-    else:
-        ok = head == expected
-    if not ok:
-        raise WrongExpectedVersion(part.stream, expected, head)

@@ -1,0 +1,203 @@
+"""Planning an append: find every conflict and compute every row before writing anything.
+
+The writer plans each request of a group against the log and against the requests
+accepted before it in the same group (:class:`GroupState`): expected versions, explicit
+versions, idempotency keys (a retry returns the original positions), tracking positions.
+A request that passes gets a :class:`Plan` with its rows, hash chain included; one that
+does not raises a :class:`~sessionwarden.store.errors.ConflictError` and is left out. The
+planner caches stream heads; the writer tells it to :meth:`Planner.forget` them whenever
+another process may have appended.
+"""
+
+import itertools
+from collections.abc import Sequence
+
+import apsw
+from sessionwarden.store.errors import IdempotencyConflict, TrackingConflict, WrongExpectedVersion
+from sessionwarden.store.hashing import event_hash
+from sessionwarden.store.records import AppendResult, StreamAppend, StreamState, Tracking
+from sessionwarden.store.schema import query_int
+
+__all__ = ["GroupState", "KeyedRow", "Plan", "Planner", "Row", "check_expected", "check_versions"]
+
+#: Stream heads kept at most; past this the cache starts over (a cheap bound on memory).
+MAX_CACHED_HEADS = 100_000
+
+KeyedRow = tuple[int, str, int, str, bytes]  # seq, stream, version, type, data
+# An ``events`` row: seq, stream, version, type, schema_version, recorded_at,
+# idempotency_key, data, prev_hash, hash.
+Row = tuple[int, str, int, str, int, str, str | None, bytes, bytes, bytes]
+
+
+class Planner:
+    """Plans requests on the writer's connection, with a cache of stream heads."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        """Plan against ``conn`` (inside the writer's open transaction)."""
+        self._conn = conn
+        self.heads: dict[str, int] = {}
+
+    def forget(self) -> None:
+        """Drop cached stream heads (another writer may have moved them)."""
+        self.heads.clear()
+
+    def plan(
+        self,
+        appends: Sequence[StreamAppend],
+        tracking: Tracking | None,
+        seq: int,
+        prev: bytes,
+        now: str,
+        group: "GroupState",
+    ) -> "Plan":
+        """Check a request against the log and the group so far; compute its rows."""
+        plan = Plan(seq, prev)
+        for part in appends:
+            duplicate = self._find_retry(part, group.keys)
+            if duplicate is not None:
+                plan.results.append(duplicate)
+                continue
+            last = plan.heads.get(part.stream)
+            if last is None:
+                last = self._head(part.stream)  # -1: the stream has no events
+            head = max(last, 0)
+            check_expected(part, head)
+            if part.versions is not None:
+                check_versions(part, last)
+                versions: Sequence[int] = part.versions
+            else:
+                versions = range(head + 1, head + 1 + len(part.events))
+            if not part.events:
+                plan.results.append(AppendResult(part.stream, 0, 0, head))
+                continue
+            first = plan.seq + 1
+            for event, version in zip(part.events, versions, strict=True):
+                key = event.idempotency_key
+                if key is not None:
+                    if key in plan.keys or key in group.keys:
+                        raise IdempotencyConflict(key, "is used twice in one append")
+                    plan.keys[key] = (plan.seq + 1, part.stream, version, event.type, event.data)
+                plan.seq += 1
+                digest = event_hash(
+                    plan.prev, plan.seq, part.stream, version, event.type, event.schema_version,
+                    now, key, event.data,
+                )
+                plan.rows.append(
+                    (plan.seq, part.stream, version, event.type, event.schema_version, now,
+                     key, event.data, plan.prev, digest)
+                )
+                plan.prev = digest
+            plan.heads[part.stream] = versions[-1]
+            plan.results.append(AppendResult(part.stream, first, plan.seq, versions[-1]))
+        if tracking is not None:
+            name, position = tracking.name, tracking.position
+            current = group.tracking.get(name)
+            if current is None:
+                current = query_int(
+                    self._conn, "SELECT position FROM tracking WHERE name = ?", (name,), -1
+                )
+            if position <= current:
+                raise TrackingConflict(name, position, current)
+            plan.tracking = tracking
+        return plan
+
+    def _head(self, stream: str) -> int:
+        if len(self.heads) > MAX_CACHED_HEADS:
+            self.heads.clear()
+        head = self.heads.get(stream)
+        if head is None:
+            head = query_int(
+                self._conn, "SELECT max(version) FROM events WHERE stream = ?", (stream,), -1
+            )
+            self.heads[stream] = head
+        return head
+
+    def _find_retry(
+        self, part: StreamAppend, pending: dict[str, KeyedRow]
+    ) -> AppendResult | None:
+        """The original result if ``part`` is a retry of a stored (or pending) append."""
+        keys = [e.idempotency_key for e in part.events if e.idempotency_key is not None]
+        if not keys:
+            return None
+        stored: list[tuple[str, KeyedRow]] = []
+        for key in keys:
+            found = pending.get(key)
+            if found is None:
+                row = self._conn.execute(
+                    "SELECT seq, stream, version, type, data FROM events "
+                    "WHERE idempotency_key = ?",
+                    (key,),
+                ).fetchone()
+                found = None if row is None else (row[0], row[1], row[2], row[3], row[4])
+            if found is not None:
+                stored.append((key, found))
+        if not stored:
+            return None
+        if len(stored) != len(part.events):
+            raise IdempotencyConflict(stored[0][0], "was stored by an append of other events")
+        first_seq = stored[0][1][0]
+        if [row[0] for _, row in stored] != list(range(first_seq, first_seq + len(stored))):
+            raise IdempotencyConflict(stored[0][0], "was stored by an append of other events")
+        for event, (key, (_, stream, _, type_tag, data)) in zip(part.events, stored, strict=True):
+            if stream != part.stream or type_tag != event.type or data != event.data:
+                raise IdempotencyConflict(key, "was stored with different content")
+        first, last = stored[0][1], stored[-1][1]
+        return AppendResult(part.stream, first[0], last[0], last[2], duplicate=True)
+
+
+
+
+
+class Plan:
+    """What one request will write: rows, results, new stream heads, keys, tracking."""
+
+    __slots__ = ("heads", "keys", "prev", "results", "rows", "seq", "tracking")
+
+    def __init__(self, seq: int, prev: bytes) -> None:
+        self.seq, self.prev = seq, prev
+        self.rows: list[Row] = []
+        self.results: list[AppendResult] = []
+        self.heads: dict[str, int] = {}
+        self.keys: dict[str, KeyedRow] = {}
+        self.tracking: Tracking | None = None
+
+
+class GroupState:
+    """What accepted requests of the current group will have written, for later ones."""
+
+    __slots__ = ("keys", "tracking")
+
+    def __init__(self) -> None:
+        self.keys: dict[str, KeyedRow] = {}
+        self.tracking: dict[str, int] = {}
+
+    def accept(self, plan: Plan, heads: dict[str, int]) -> None:
+        heads.update(plan.heads)
+        self.keys.update(plan.keys)
+        if plan.tracking is not None:
+            self.tracking[plan.tracking.name] = plan.tracking.position
+
+
+
+def check_versions(part: StreamAppend, head: int) -> None:
+    versions = part.versions or ()
+    if (
+        len(versions) != len(part.events)
+        or any(b <= a for a, b in itertools.pairwise(versions))
+        or (versions and versions[0] <= head)
+    ):
+        raise WrongExpectedVersion(part.stream, versions, head)
+
+
+def check_expected(part: StreamAppend, head: int) -> None:
+    expected = part.expected_version
+    if expected is StreamState.ANY:
+        return
+    if expected is StreamState.NO_STREAM:
+        ok = head == 0
+    elif expected is StreamState.EXISTS:
+        ok = head > 0
+    else:
+        ok = head == expected
+    if not ok:
+        raise WrongExpectedVersion(part.stream, expected, head)
