@@ -1,10 +1,10 @@
 """The OpenAI-compatible proxy: ``POST /v1/chat/completions``, plain and streaming.
 
-One call, in order: parse and validate the body; admit it to its session and lease a key
-(concurrently); forward it upstream with the leased key and ``include_usage`` forced on
-streams; relay the response unchanged (a stream chunk for chunk, minus the usage chunk
-the client did not ask for); record the upstream response, release the key, and record
-exactly one UsageRecorded. The response's last bytes — the whole body, or a stream's
+One call, in order: parse and validate the body; admit it to its session (told, not
+awaited) and lease a key; forward it upstream with the leased key and ``include_usage``
+forced on streams; relay the response unchanged (a stream chunk for chunk, minus the
+usage chunk the client did not ask for); then ``record_call`` (``cmd/calls.py``) releases
+the key and records the upstream response and exactly one UsageRecorded. The response's last bytes — the whole body, or a stream's
 ``[DONE]`` — are held until the ledger row is committed, so every call that returned to
 a client is in the ledger even if the daemon dies the next instant. When the client
 disconnects mid-stream, the upstream is drained (bounded) for its usage and the row is
@@ -13,10 +13,7 @@ written all the same, marked ``client_disconnected``.
 
 import asyncio
 import re
-import time
-import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -24,20 +21,16 @@ import msgspec
 import pykka
 from loguru import logger
 from sessionwarden.actors.bridge import ask
-from sessionwarden.actors.errors import ActorUnavailable, NoCredential, UsageRejected
-from sessionwarden.actors.messages import Admit, Lease, Leased, RecordUsage, Release, Responded
-from sessionwarden.actors.ratelimits import parse_rate_limits
-from sessionwarden.actors.usage import CanonicalUsage, estimate_tokens, estimate_usage
-from sessionwarden.actors.usage import normalise_usage as normalise
-from sessionwarden.cmd.config import ProviderConfig, find_model
+from sessionwarden.actors.errors import ActorUnavailable, NoCredential
+from sessionwarden.actors.messages import Admit, Lease
+from sessionwarden.actors.usage import estimate_tokens
+from sessionwarden.cmd.calls import ProxiedCall, record_call, short
+from sessionwarden.cmd.config import find_model
 from sessionwarden.cmd.errors import UnknownModel
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.events import (
     CallAdmitted,
-    RateLimitBucketSeen,
-    UpstreamResponded,
-    UsageRecorded,
 )
 from sessionwarden.redact import default_redactor
 
@@ -63,25 +56,6 @@ _DROP_DOWN = frozenset({
 })
 
 
-class _Call:
-    """What the proxy knows about one call while it is in flight."""
-
-    __slots__ = ("call_id", "lease", "messages", "model", "provider", "recorded", "session_id",
-                 "started", "stream")
-
-    def __init__(self, session_id: str, provider: ProviderConfig, model: str, messages: Any,
-                 stream: bool) -> None:
-        self.call_id = uuid.uuid4().hex
-        self.session_id = session_id
-        self.provider = provider
-        self.model = model
-        self.messages = messages
-        self.stream = stream
-        self.lease: Leased | None = None
-        self.recorded = False
-        self.started = time.perf_counter()
-
-
 async def chat_completions(
     rt: Runtime, headers: dict[str, str], body: bytes, receive: ASGIReceive, send: ASGISend
 ) -> None:
@@ -89,7 +63,7 @@ async def chat_completions(
     try:
         payload = _decode(body)
     except msgspec.DecodeError as exc:
-        await send_error(send, 400, f"malformed JSON body: {_short(str(exc))}")
+        await send_error(send, 400, f"malformed JSON body: {short(str(exc))}")
         return
     except RecursionError:
         await send_error(send, 400, "malformed JSON body: nested too deeply")
@@ -120,7 +94,7 @@ async def chat_completions(
                          f"{provider.api_mode!r}, which the proxy cannot translate yet")
         return
     stream = payload.get("stream") is True
-    call = _Call(session_id, provider, upstream_model, messages, stream)
+    call = ProxiedCall(session_id, provider, upstream_model, messages, stream)
     admit = Admit(
         CallAdmitted(
             call_id=call.call_id, session_id=session_id, provider=provider.name,
@@ -139,7 +113,7 @@ async def chat_completions(
     try:
         call.lease = await ask(rt.ref("credentials"), Lease(provider.name, call.call_id))
     except (NoCredential, ActorUnavailable) as exc:
-        await _record(rt, call, 503, {}, None, error=str(exc))
+        await record_call(rt, call, 503, {}, None, error=str(exc))
         await send_error(send, 503, str(exc), kind="server_error", code="no_credential")
         return
     assert call.lease is not None
@@ -161,13 +135,13 @@ async def chat_completions(
         await _forward(rt, call, upstream, out_headers, injected, receive, send)
     except asyncio.CancelledError:
         # Cancelled before the relay could record (shutdown past its grace period).
-        await asyncio.shield(_record(rt, call, 499, {}, None, error="cancelled at shutdown",
+        await asyncio.shield(record_call(rt, call, 499, {}, None, error="cancelled at shutdown",
                                      disconnected=True))
         raise
 
 
 async def _forward(
-    rt: Runtime, call: _Call, upstream: dict[str, Any], out_headers: dict[str, str],
+    rt: Runtime, call: ProxiedCall, upstream: dict[str, Any], out_headers: dict[str, str],
     injected: bool, receive: ASGIReceive, send: ASGISend,
 ) -> None:
     provider = call.provider
@@ -194,7 +168,7 @@ async def _forward(
 
 
 async def _relay_plain(
-    rt: Runtime, call: _Call, response: aiohttp.ClientResponse, send: ASGISend
+    rt: Runtime, call: ProxiedCall, response: aiohttp.ClientResponse, send: ASGISend
 ) -> None:
     try:
         body = await response.read()
@@ -217,15 +191,15 @@ async def _relay_plain(
                 output = choices[0].get("message")
     else:
         body = default_redactor.redact_bytes(body)
-        error = _short(body.decode(errors="replace"))
-    await _record(rt, call, status, _lower(response.headers), usage_block, output=output,
+        error = short(body.decode(errors="replace"))
+    await record_call(rt, call, status, _lower(response.headers), usage_block, output=output,
                   error=error, has_output=status < 400)
     await _start(send, status, response, call, len(body))
     await send({"type": "http.response.body", "body": body})
 
 
 async def _relay_stream(
-    rt: Runtime, call: _Call, response: aiohttp.ClientResponse, injected: bool,
+    rt: Runtime, call: ProxiedCall, response: aiohttp.ClientResponse, injected: bool,
     receive: ASGIReceive, send: ASGISend,
 ) -> None:
     disconnected = asyncio.Event()
@@ -243,7 +217,7 @@ async def _relay_stream(
             disconnected.set()
 
     async def record() -> None:
-        await _record(
+        await record_call(
             rt, call, 200, _lower(response.headers), usage_block, output="".join(text),
             has_output=True, disconnected=disconnected.is_set(),
         )
@@ -340,7 +314,7 @@ def _collect_text(chunk: dict[str, Any], into: list[str]) -> None:
 
 
 async def _start(
-    send: ASGISend, status: int, response: aiohttp.ClientResponse, call: _Call,
+    send: ASGISend, status: int, response: aiohttp.ClientResponse, call: ProxiedCall,
     length: int | None,
 ) -> None:
     headers = [
@@ -353,86 +327,12 @@ async def _start(
     await send({"type": "http.response.start", "status": status, "headers": headers})
 
 
-async def _fail(rt: Runtime, call: _Call, send: ASGISend, status: int, message: str) -> None:
-    await _record(rt, call, status, {}, None, error=message)
+async def _fail(rt: Runtime, call: ProxiedCall, send: ASGISend, status: int, message: str) -> None:
+    await record_call(rt, call, status, {}, None, error=message)
     await send_error(send, status, message, kind="upstream_error")
-
-
-def _release(rt: Runtime, call: _Call, status: int) -> None:
-    lease = call.lease
-    if lease is not None:
-        call.lease = None
-        try:
-            rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint, call.call_id,
-                                               status))
-        except Exception:
-            logger.warning("call {}: could not release its key", call.call_id)
-
-
-async def _record(
-    rt: Runtime, call: _Call, status: int, headers: dict[str, str], usage_block: object,
-    *, output: object = None, error: str = "", has_output: bool = False,
-    disconnected: bool = False,
-) -> None:
-    """Record the upstream response and the call's usage; return once durable.
-
-    Runs at most once per call, whichever path (normal end, error, cancellation) gets
-    there first.
-    """
-    if call.recorded:
-        return
-    call.recorded = True
-    latency_ms = round((time.perf_counter() - call.started) * 1000, 3)
-    credential = call.lease.fingerprint if call.lease else ""
-    limits = parse_rate_limits(headers, datetime.now(UTC)) if headers else None
-    responded = UpstreamResponded(
-        call_id=call.call_id, session_id=call.session_id, status=status, latency_ms=latency_ms,
-        credential=credential,
-        rate_limits=tuple(
-            RateLimitBucketSeen(b.name, b.limit, b.remaining, b.reset_seconds)
-            for b in (limits.buckets if limits else ())
-        ),
-        retry_after_seconds=limits.retry_after_seconds if limits else None,
-        error=error,
-    )
-    usage, flags = _usage(call, usage_block, output, has_output)
-    raw = ""
-    if usage_block is not None:
-        raw = _short(default_redactor.redact(_encode(usage_block).decode()), 2000)
-    record = UsageRecorded(
-        call_id=call.call_id, session_id=call.session_id, provider=call.provider.name,
-        model=call.model, credential=credential, status=status,
-        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens,
-        reasoning_tokens=usage.reasoning_tokens, source=usage.source, raw_usage=raw,
-        flags=flags, stream=call.stream, client_disconnected=disconnected,
-    )
-    _release(rt, call, status)
-    try:
-        await ask(rt.session_ref(call.session_id), Responded(responded, record), timeout=60.0)
-    except ActorUnavailable:
-        # The session shard is restarting: the usage row matters most, record it directly.
-        logger.warning("call {}: session actor unavailable; response not recorded", call.call_id)
-        await ask(rt.ref("ledger"), RecordUsage(record), timeout=60.0)
-
-
-def _usage(
-    call: _Call, block: object, output: object, has_output: bool
-) -> tuple[CanonicalUsage, tuple[str, ...]]:
-    if not has_output:
-        return CanonicalUsage(source="missing"), ()
-    try:
-        usage = normalise(call.provider.api_mode, block)
-    except UsageRejected as exc:
-        return estimate_usage(call.messages, output), (f"rejected:{exc.field or 'usage'}",)
-    if usage.source == "missing":
-        return estimate_usage(call.messages, output), ("usage_missing",)
-    return usage, tuple(usage.flags)
 
 
 def _lower(headers: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
 
 
-def _short(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
