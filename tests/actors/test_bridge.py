@@ -5,7 +5,6 @@ The async tests run their coroutine with ``asyncio.run`` (no pytest-asyncio plug
 
 import asyncio
 import itertools
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -26,27 +25,13 @@ from sessionwarden.actors.bridge import (
 from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.shells import RateGuardActor
 
-_ACTOR_THREAD = re.compile(r"Actor-\d+$")
-
-
-def _actor_threads(baseline: set[threading.Thread]) -> list[threading.Thread]:
-    return [
-        t for t in threading.enumerate()
-        if t not in baseline and t.is_alive()
-        and (_ACTOR_THREAD.search(t.name) or t.name.startswith("sw-"))
-    ]
+from tests.actors.actor_support import no_leaked_actors
 
 
 @pytest.fixture(autouse=True)
 def _no_leaked_actors() -> Iterator[None]:
-    baseline = set(threading.enumerate())
-    yield
-    pykka.ActorRegistry.stop_all()
-    deadline = time.monotonic() + 5.0
-    while _actor_threads(baseline) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _actor_threads(baseline) == []
-    assert pykka.ActorRegistry.get_all() == []
+    with no_leaked_actors():
+        yield
 
 
 class Boom(Exception):

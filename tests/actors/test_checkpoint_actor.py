@@ -20,16 +20,10 @@ from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.events import CODEC, WalCheckpointed
 from sessionwarden.store import EventLog, NewEvent
 
-_ACTOR_THREAD = re.compile(r"Actor-\d+$")
+from tests.actors.actor_support import no_leaked_actors
+
 MiB = 1024 * 1024
 
-
-def _actor_threads(baseline: set[threading.Thread]) -> list[threading.Thread]:
-    return [
-        t for t in threading.enumerate()
-        if t not in baseline and t.is_alive()
-        and (_ACTOR_THREAD.search(t.name) or t.name.startswith("sw-"))
-    ]
 
 
 def open_log(path: Path) -> EventLog:
@@ -90,19 +84,14 @@ class Logs:
 
 @pytest.fixture
 def logs(tmp_path: Path) -> Iterator[Logs]:
-    baseline = set(threading.enumerate())
     opened = Logs(tmp_path)
-    try:
-        yield opened
-    finally:
-        pykka.ActorRegistry.stop_all()
+
+    def close_logs() -> None:
         for log in opened.opened:
             log.close()
-        deadline = time.monotonic() + 5.0
-        while _actor_threads(baseline) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _actor_threads(baseline) == []
-        assert pykka.ActorRegistry.get_all() == []
+
+    with no_leaked_actors(close_logs):
+        yield opened
 
 
 # ------------------------------------------------------------------ periodic checkpoints

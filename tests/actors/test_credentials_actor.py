@@ -1,10 +1,7 @@
 """CredentialPoolActor (actors/credentials.py): strategies, reconciliation, leases, secrecy."""
 
 import random
-import re
 import secrets
-import threading
-import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -34,19 +31,13 @@ from sessionwarden.events import (
 from sessionwarden.redact import default_redactor, fingerprint
 from sessionwarden.store import EventLog, StreamAppend
 
-_ACTOR_THREAD = re.compile(r"Actor-\d+$")
+from tests.actors.actor_support import no_leaked_actors
+
 ADDED = CredentialAdded.type_tag()
 REMOVED = CredentialRemoved.type_tag()
 ACQUIRED = LeaseAcquired.type_tag()
 RELEASED = LeaseReleased.type_tag()
 
-
-def _actor_threads(baseline: set[threading.Thread]) -> list[threading.Thread]:
-    return [
-        t for t in threading.enumerate()
-        if t not in baseline and t.is_alive()
-        and (_ACTOR_THREAD.search(t.name) or t.name.startswith("sw-"))
-    ]
 
 
 def providers(*entries: tuple[str, list[str], str, int]) -> tuple[ProviderConfig, ...]:
@@ -104,18 +95,9 @@ class Pool:
 
 @pytest.fixture
 def pool(tmp_path: Path) -> Iterator[Pool]:
-    baseline = set(threading.enumerate())
-    p = Pool(tmp_path / "e.db")
-    try:
+    with no_leaked_actors(lambda: p.log.close()):
+        p = Pool(tmp_path / "e.db")
         yield p
-    finally:
-        pykka.ActorRegistry.stop_all()
-        p.log.close()
-        deadline = time.monotonic() + 5.0
-        while _actor_threads(baseline) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _actor_threads(baseline) == []
-        assert pykka.ActorRegistry.get_all() == []
 
 
 @pytest.fixture

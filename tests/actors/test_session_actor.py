@@ -2,7 +2,6 @@
 
 import asyncio
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -30,19 +29,13 @@ from sessionwarden.store import EventLog, StreamAppend
 from sessionwarden.store.errors import IdempotencyConflict
 from sessionwarden.store.schema import connect
 
-_ACTOR_THREAD = re.compile(r"Actor-\d+$")
+from tests.actors.actor_support import no_leaked_actors
+
 STARTED = SessionStarted.type_tag()
 ADMITTED = CallAdmitted.type_tag()
 RESPONDED = UpstreamResponded.type_tag()
 USAGE = UsageRecorded.type_tag()
 
-
-def _actor_threads(baseline: set[threading.Thread]) -> list[threading.Thread]:
-    return [
-        t for t in threading.enumerate()
-        if t not in baseline and t.is_alive()
-        and (_ACTOR_THREAD.search(t.name) or t.name.startswith("sw-"))
-    ]
 
 
 class Env:
@@ -69,18 +62,9 @@ class Env:
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
-    baseline = set(threading.enumerate())
-    e = Env(tmp_path / "e.db")
-    try:
+    with no_leaked_actors(lambda: e.log.close()):
+        e = Env(tmp_path / "e.db")
         yield e
-    finally:
-        pykka.ActorRegistry.stop_all()
-        e.log.close()
-        deadline = time.monotonic() + 5.0
-        while _actor_threads(baseline) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _actor_threads(baseline) == []
-        assert pykka.ActorRegistry.get_all() == []
 
 
 def admit(call_id: str, session_id: str) -> Admit:

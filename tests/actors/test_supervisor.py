@@ -1,6 +1,5 @@
 """The one-for-one Supervisor (actors/supervisor.py) over real actors and a real log."""
 
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,19 +20,13 @@ from sessionwarden.events import CallAdmitted, UpstreamResponded, UsageRecorded
 from sessionwarden.store import EventLog, StreamAppend
 from sessionwarden.store.schema import connect
 
-_ACTOR_THREAD = re.compile(r"Actor-\d+$")
+from tests.actors.actor_support import no_leaked_actors
+
 STARTED = "session.started.v2"
 ADMITTED = "session.call_admitted.v1"
 RESPONDED = "session.upstream_responded.v1"
 USAGE = "usage.recorded.v1"
 
-
-def _actor_threads(baseline: set[threading.Thread]) -> list[threading.Thread]:
-    return [
-        t for t in threading.enumerate()
-        if t not in baseline and t.is_alive()
-        and (_ACTOR_THREAD.search(t.name) or t.name.startswith("sw-"))
-    ]
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> None:
@@ -69,20 +62,13 @@ class Harness:
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Iterator[Harness]:
-    baseline = set(threading.enumerate())
-    h = Harness(tmp_path / "e.db")
-    try:
-        yield h
-    finally:
-        for supervisor in h.supervisors:
-            supervisor.stop(timeout=5)
-        pykka.ActorRegistry.stop_all()
-        h.log.close()
-        deadline = time.monotonic() + 5.0
-        while _actor_threads(baseline) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _actor_threads(baseline) == []
-        assert pykka.ActorRegistry.get_all() == []
+    with no_leaked_actors(lambda: h.log.close()):
+        h = Harness(tmp_path / "e.db")
+        try:
+            yield h
+        finally:
+            for supervisor in h.supervisors:
+                supervisor.stop(timeout=5)
 
 
 class RecorderActor(GovernedActor):
