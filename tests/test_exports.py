@@ -16,6 +16,9 @@ MODULES = [
     ("sessionwarden.store.errors", "sessionwarden.store"),
     ("sessionwarden.events", "sessionwarden.events"),
     ("sessionwarden.events.errors", "sessionwarden.events"),
+    ("sessionwarden.actors.errors", "sessionwarden.actors"),
+    ("sessionwarden.cmd.errors", "sessionwarden.cmd"),
+    ("sessionwarden.errors", "sessionwarden.errors"),
 ]
 
 
@@ -31,12 +34,11 @@ def public_names(module: ModuleType, package: str) -> set[str]:
             continue
         origin = getattr(value, "__module__", None)
         if (
-            (inspect.isclass(value) or inspect.isfunction(value))
-            and isinstance(origin, str)
+            isinstance(origin, str)
             and origin != package
             and not origin.startswith(package + ".")
         ):
-            continue  # re-exported from elsewhere, e.g. SessionwardenError
+            continue  # imported from elsewhere, e.g. SessionwardenError or typing.ClassVar
         names.add(name)
     return names
 
