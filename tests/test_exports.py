@@ -33,8 +33,9 @@ def public_names(module: ModuleType, package: str) -> set[str]:
                 names.add(name)
             continue
         origin = getattr(value, "__module__", None)
-        if (
-            isinstance(origin, str)
+        if origin == "typing" or (
+            (inspect.isclass(value) or inspect.isfunction(value))
+            and isinstance(origin, str)
             and origin != package
             and not origin.startswith(package + ".")
         ):
