@@ -4,9 +4,10 @@ One call, in order: parse and validate the body; admit it to its session (told, 
 awaited) and lease a key; forward it upstream with the leased key and ``include_usage``
 forced on streams; relay the response unchanged (a stream chunk for chunk, minus the
 usage chunk the client did not ask for); then ``record_call`` (``cmd/calls.py``) releases
-the key and records the upstream response and exactly one UsageRecorded. The response's last bytes — the whole body, or a stream's
-``[DONE]`` — are held until the ledger row is committed, so every call that returned to
-a client is in the ledger even if the daemon dies the next instant. When the client
+the key and records the upstream response and exactly one UsageRecorded. The response's
+last bytes — the whole body, or a stream's ``[DONE]`` — are held until the ledger row is
+committed, so every call that returned to a client is in the ledger even if the daemon
+dies the next instant. When the client
 disconnects mid-stream, the upstream is drained (bounded) for its usage and the row is
 written all the same, marked ``client_disconnected``.
 """
