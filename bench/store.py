@@ -177,8 +177,8 @@ def mode_eventsourcing(workdir: Path) -> dict[str, float]:
 # -- c, d: EventLog with concurrent appenders ---------------------------------------------
 
 
-def mode_eventlog(workdir: Path, threads: int) -> dict[str, float]:
-    log = EventLog(workdir / "log.db", projections=[StreamsView()])
+def mode_eventlog(workdir: Path, threads: int, views: bool = True) -> dict[str, float]:
+    log = EventLog(workdir / "log.db", projections=[StreamsView()] if views else [])
     streams = [str(uuid.uuid4()) for _ in range(STREAMS)]
     barrier = threading.Barrier(threads + 1)
     latencies: list[list[float]] = [[] for _ in range(threads)]
@@ -384,6 +384,8 @@ def main() -> None:
         "c EventLog 8 appenders": lambda d: mode_eventlog(d, 8),
         "d EventLog 64 appenders": lambda d: mode_eventlog(d, 64),
         "d2 EventLog 64 asyncio tasks": lambda d: mode_asyncio(d, 64),
+        "c0 as c, events only": lambda d: mode_eventlog(d, 8, views=False),
+        "d0 as d, events only": lambda d: mode_eventlog(d, 64, views=False),
     }
     if not args.skip_append:
         results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
@@ -406,11 +408,12 @@ def main() -> None:
                          f"{fmt(min(rates))} - {fmt(max(rates))}", lat])
         print(f"Appends, {APPEND_EVENTS:,} events over {STREAMS:,} streams, events/s")
         table(["mode", "events", "median", "min - max", "ack p50 / p99 ms"], rows)
-        a, b, c, d, d2 = modes
+        a, b, c, d, d2, c0, d0 = modes
         ratio_rows = []
         for label, num, den, target in (
             ("c/a", c, a, 3), ("d/a", d, a, 5), ("d/b", d, b, 10),
             ("d2/a (info)", d2, a, 5), ("d2/b (info)", d2, b, 10),
+            ("c0/a (info)", c0, a, 3), ("d0/a (info)", d0, a, 5), ("d0/b (info)", d0, b, 10),
         ):
             per_round = [x["rate"] / y["rate"] for x, y in zip(
                 results[num], results[den], strict=True)]
