@@ -7,7 +7,7 @@ in reverse, so the ledger and pool have flushed their appends before the final T
 checkpoint runs and the log closes.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ from sessionwarden.store import EventLog
 
 __all__ = ["Runtime"]
 
-OnFailure = Callable[[BaseException], None]
 
 
 class Runtime:
@@ -49,11 +48,9 @@ class Runtime:
         self.shards = session_shards
         log = self.log
 
-        def checkpoint(on_failure: OnFailure) -> Any:
-            return _CheckpointStarter(log, checkpoint_every, max_wal_bytes, on_failure).start()
-
         specs = [
-            ActorSpec("checkpoint", checkpoint),
+            ActorSpec("checkpoint", lambda f: CheckpointActor.start(
+                log, every=checkpoint_every, max_wal_bytes=max_wal_bytes, on_failure=f)),
             ActorSpec("rateguard", lambda f: RateGuardActor.start(f)),
             ActorSpec("credentials", lambda f: CredentialPoolActor.start(
                 log, config.providers, environ, on_failure=f)),
@@ -68,6 +65,15 @@ class Runtime:
         ]
         self.supervisor = Supervisor(specs)
         self._http: aiohttp.ClientSession | None = None
+        # One subscription for the life of the log: it always reaches the current
+        # CheckpointActor, so a restarted one needs no new listener.
+        self.log.add_commit_listener(self._committed)
+
+    def _committed(self, events: int) -> None:
+        try:
+            self.supervisor.ref("checkpoint").tell(Committed(events))
+        except (KeyError, pykka.ActorDeadError):
+            pass  # not started yet, or being restarted: the next commits count
 
     def start(self) -> None:
         """Start every actor (each recovers its state from the log)."""
@@ -105,24 +111,3 @@ class Runtime:
         """Stop the actors in reverse order, then flush and close the log."""
         self.supervisor.stop()
         self.log.close()
-
-
-class _CheckpointStarter:
-    """Starts a CheckpointActor and subscribes it to the store's commits."""
-
-    def __init__(self, log: EventLog, every: int, max_wal: int, on_failure: OnFailure) -> None:
-        self._log, self._every, self._max_wal, self._on_failure = log, every, max_wal, on_failure
-
-    def start(self) -> "pykka.ActorRef[Any]":
-        ref = CheckpointActor.start(
-            self._log, every=self._every, max_wal_bytes=self._max_wal, on_failure=self._on_failure
-        )
-
-        def committed(events: int) -> None:
-            # A restarted checkpoint actor subscribes anew; the old ref is dead, so its
-            # tell raises and the writer merely logs it.
-            if ref.is_alive():
-                ref.tell(Committed(events))
-
-        self._log.add_commit_listener(committed)
-        return ref
