@@ -19,9 +19,7 @@ and hash are therefore read at the start of every transaction, and the cache of 
 heads is trusted only while the head is still the one this writer committed last.
 """
 
-import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +33,7 @@ from sessionwarden.store.errors import (
     StoreProgrammingError,
 )
 from sessionwarden.store.hashing import GENESIS
+from sessionwarden.store.inbox import Inbox
 from sessionwarden.store.planning import GroupState, Plan, Planner
 from sessionwarden.store.projections import Projection, tracking_name
 from sessionwarden.store.records import (
@@ -122,7 +121,7 @@ class GroupCommitWriter:
         self._clock = clock
         self._max_group = max_group
         self._busy_budget_s = busy_budget_s
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._inbox: Inbox[object] = Inbox()
         self._planner = Planner(conn)
         self._last_seq = -1  # unknown until our first commit
         self._last_written = 0
@@ -142,7 +141,7 @@ class GroupCommitWriter:
         if self._closed:
             request.finish(None, StoreClosed("the event log is closed"))
         else:
-            self._queue.put(request)
+            self._inbox.put(request)
         return request
 
     def add_commit_listener(self, listener: Callable[[int], None]) -> None:
@@ -154,47 +153,33 @@ class GroupCommitWriter:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(_STOP)
+        self._inbox.put(_STOP, urgent=True)
         self._thread.join(timeout)
 
     # -- the writer thread -------------------------------------------------------------
 
     def _run(self) -> None:
-        stopping = False
+        inbox = self._inbox
         expected = 1
-        while not stopping:
-            item = self._queue.get()
-            if item is _STOP:
-                break
-            assert isinstance(item, AppendRequest)
-            group = [item]
+        while True:
+            group = inbox.take(1, self._max_group)
             # Group-commit window: when the last group showed k concurrent appenders, wait
-            # a few hundred microseconds for the k that are about to resubmit, instead
-            # of paying a whole fsync for the first one alone. A lone appender (k = 1)
-            # never waits.
-            deadline = time.perf_counter() + _WINDOW_S
-            while len(group) < self._max_group:
-                try:
-                    if len(group) < expected:
-                        timeout = deadline - time.perf_counter()
-                        item = self._queue.get(timeout=timeout) if timeout > 0 else (
-                            self._queue.get_nowait())
-                    else:
-                        item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stopping = True
-                    break
-                assert isinstance(item, AppendRequest)
-                group.append(item)
-            expected = len(group)
-            self._commit(group)
-        while True:  # appends that raced with close() are refused, never dropped silently
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
+            # a few hundred microseconds for the k that are about to resubmit instead of
+            # paying a whole fsync for the first one alone; the put that completes the
+            # group wakes us early. A lone appender (k = 1) never waits.
+            if len(group) < expected:
+                group += inbox.take(
+                    expected - len(group), self._max_group - len(group), _WINDOW_S
+                )
+            stopping = _STOP in group
+            requests = [item for item in group if isinstance(item, AppendRequest)]
+            expected = max(len(requests), 1)
+            if requests:
+                self._commit(requests)
+            if stopping:
                 break
+        # Appends that raced with close() are refused, never dropped silently.
+        for item in inbox.take(0, 2**31):
             if isinstance(item, AppendRequest):
                 item.finish(None, StoreClosed("the event log is closed"))
         self._conn.close()
