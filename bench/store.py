@@ -46,7 +46,6 @@ from sessionwarden.events import CODEC, SessionStarted
 from sessionwarden.store import EventLog, NewEvent, StreamAppend, StreamsView, replay
 from sessionwarden.store.hashing import DOMAIN
 from sessionwarden.store.verify import verify_chain
-from sessionwarden.store.writer import AppendRequest
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STREAMS = 1000
@@ -216,37 +215,24 @@ def mode_eventlog(workdir: Path, threads: int, views: bool = True) -> dict[str, 
     }
 
 
-def mode_asyncio(workdir: Path, tasks: int) -> dict[str, float]:
-    """As d, but the appenders are asyncio tasks: ``submit`` + ``call_soon_threadsafe``.
+def mode_asyncio(workdir: Path, tasks: int, views: bool = True) -> dict[str, float]:
+    """As c/d, but the appenders are asyncio tasks awaiting ``append_async``.
 
-    This is how the daemon's actors use the log (see ``actors/bridge.py``): the writer's
-    callback hands each acknowledgement to the loop, so a group costs one loop wake-up
-    instead of one thread wake-up (and GIL hand-off) per appender.
+    This is the daemon's own shape: one event loop, many concurrent requests, each
+    waiting for its acknowledgement (``sessionwarden.store.aio``: one loop wake-up per
+    committed group).
     """
-    log = EventLog(workdir / "log.db", projections=[StreamsView()])
+    log = EventLog(workdir / "log.db", projections=[StreamsView()] if views else [])
     streams = [str(uuid.uuid4()) for _ in range(STREAMS)]
 
-    def settle(fut: "asyncio.Future[AppendRequest]", request: AppendRequest) -> None:
-        if not fut.done():
-            fut.set_result(request)
-
     async def run() -> tuple[float, list[float]]:
-        loop = asyncio.get_running_loop()
         latencies: list[float] = []
 
         async def appender(t: int) -> None:
             for i in range(t, APPEND_EVENTS, tasks):
                 stream = streams[i % STREAMS]
                 began = time.perf_counter()
-                fut: asyncio.Future[AppendRequest] = loop.create_future()
-
-                def done(req: AppendRequest, fut: "asyncio.Future[AppendRequest]" = fut) -> None:
-                    loop.call_soon_threadsafe(settle, fut, req)
-
-                log.submit([StreamAppend(stream, (session_event(i, stream),))], callback=done)
-                request = await fut
-                if request.error is not None:
-                    raise request.error
+                await log.append_async(stream, [session_event(i, stream)])
                 latencies.append(time.perf_counter() - began)
 
         started = time.perf_counter()

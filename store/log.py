@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import apsw
+from sessionwarden.store.aio import append_batch_async
 from sessionwarden.store.errors import StoreClosed, StoreProgrammingError
 from sessionwarden.store.hashing import GENESIS
 from sessionwarden.store.projections import Projection
@@ -28,7 +29,7 @@ from sessionwarden.store.records import (
     Tracking,
 )
 from sessionwarden.store.retry import retry_busy
-from sessionwarden.store.schema import connect, ensure_schema, translate
+from sessionwarden.store.schema import EVENT_COLUMNS, connect, ensure_schema, translate
 from sessionwarden.store.writer import AppendRequest, GroupCommitWriter, utc_now
 
 __all__ = ["EventLog"]
@@ -140,6 +141,25 @@ class EventLog:
         _validate(appends, tracking)
         return self._writer.submit(appends, tracking, callback)
 
+    async def append_async(
+        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
+    ) -> AppendResult:
+        """As :meth:`append`, awaited from asyncio without blocking the event loop."""
+        part = StreamAppend(stream, tuple(events), expected_version)
+        return (await self.append_batch_async([part]))[0]
+
+    async def append_batch_async(
+        self, appends: Sequence[StreamAppend], tracking: Tracking | None = None
+    ) -> list[AppendResult]:
+        """As :meth:`append_batch`, awaited from asyncio (see ``sessionwarden.store.aio``).
+
+        Cancelling the awaiting task does not cancel the append: it may still commit.
+        """
+        if self._writer is None:
+            raise StoreProgrammingError("this event log was opened read-only")
+        _validate(appends, tracking)
+        return await append_batch_async(self._writer, appends, tracking)
+
     def add_commit_listener(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(events)`` from the writer thread after every commit that wrote.
 
@@ -180,7 +200,11 @@ class EventLog:
 
     def stream_version(self, stream: str) -> int:
         """The head version of ``stream`` (0 when it has no events)."""
-        rows = self._query("SELECT max(version) FROM events WHERE stream = ?", (stream,))
+        rows = self._query(
+            "SELECT max(version) FROM events WHERE stream_no = "
+            "(SELECT no FROM streams WHERE name = ?)",
+            (stream,),
+        )
         value = rows[0][0]
         return value if isinstance(value, int) else 0
 
@@ -193,7 +217,7 @@ class EventLog:
         """
         upper = until if until is not None else 2**62
         return self._paged(
-            "SELECT * FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
             lambda position: (position, upper), after, 0, limit,
         )
 
@@ -202,7 +226,8 @@ class EventLog:
     ) -> Iterator[RecordedEvent]:
         """Stream the events of ``stream`` with ``version > after_version`` in order."""
         return self._paged(
-            "SELECT * FROM events WHERE stream = ? AND version > ? ORDER BY version LIMIT ?",
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_no = "
+            "(SELECT no FROM streams WHERE name = ?) AND version > ? ORDER BY version LIMIT ?",
             lambda position: (stream, position), after_version, 2, limit,
         )
 

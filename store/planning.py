@@ -5,8 +5,9 @@ accepted before it in the same group (:class:`GroupState`): expected versions, e
 versions, idempotency keys (a retry returns the original positions), tracking positions.
 A request that passes gets a :class:`Plan` with its rows, hash chain included; one that
 does not raises a :class:`~sessionwarden.store.errors.ConflictError` and is left out. The
-planner caches stream heads; the writer tells it to :meth:`Planner.forget` them whenever
-another process may have appended.
+planner caches stream heads and stream numbers, and numbers new streams; the writer tells
+it to :meth:`Planner.forget` them whenever another process may have appended and after
+any rollback.
 """
 
 import itertools
@@ -25,8 +26,8 @@ MAX_CACHED_HEADS = 100_000
 
 KeyedRow = tuple[int, str, int, str, bytes]  # seq, stream, version, type, data
 # An ``events`` row: seq, stream, version, type, schema_version, recorded_at,
-# idempotency_key, data, prev_hash, hash.
-Row = tuple[int, str, int, str, int, str, str | None, bytes, bytes, bytes]
+# idempotency_key, data, prev_hash, hash, stream_no.
+Row = tuple[int, str, int, str, int, str, str | None, bytes, bytes, bytes, int]
 
 
 class Planner:
@@ -35,11 +36,13 @@ class Planner:
     def __init__(self, conn: apsw.Connection) -> None:
         """Plan against ``conn`` (inside the writer's open transaction)."""
         self._conn = conn
-        self.heads: dict[str, int] = {}
+        self.heads: dict[str, int] = {}  # head version; -1: the stream has no events
+        self.numbers: dict[str, int] = {}  # stream_no of every stream in ``heads`` that has one
 
     def forget(self) -> None:
-        """Drop cached stream heads (another writer may have moved them)."""
+        """Drop cached heads and numbers (another writer may have moved them)."""
         self.heads.clear()
+        self.numbers.clear()
 
     def plan(
         self,
@@ -70,6 +73,9 @@ class Planner:
             if not part.events:
                 plan.results.append(AppendResult(part.stream, 0, 0, head))
                 continue
+            number = plan.numbers.get(part.stream) or self.numbers.get(part.stream)
+            if number is None:
+                number = self._number(part.stream, plan, group)
             first = plan.seq + 1
             for event, version in zip(part.events, versions, strict=True):
                 key = event.idempotency_key
@@ -84,7 +90,7 @@ class Planner:
                 )
                 plan.rows.append(
                     (plan.seq, part.stream, version, event.type, event.schema_version, now,
-                     key, event.data, plan.prev, digest)
+                     key, event.data, plan.prev, digest, number)
                 )
                 plan.prev = digest
             plan.heads[part.stream] = versions[-1]
@@ -103,14 +109,35 @@ class Planner:
 
     def _head(self, stream: str) -> int:
         if len(self.heads) > MAX_CACHED_HEADS:
-            self.heads.clear()
+            self.forget()
         head = self.heads.get(stream)
         if head is None:
-            head = query_int(
-                self._conn, "SELECT max(version) FROM events WHERE stream = ?", (stream,), -1
-            )
+            row = self._conn.execute(
+                "SELECT no, (SELECT max(version) FROM events WHERE stream_no = no) FROM streams"
+                " WHERE name = ?",
+                (stream,),
+            ).fetchone()
+            if row is None:
+                head = -1
+            else:
+                self.numbers[stream] = row[0]
+                head = -1 if row[1] is None else row[1]
             self.heads[stream] = head
         return head
+
+    def _number(self, stream: str, plan: "Plan", group: "GroupState") -> int:
+        """Number a stream that has none yet: the next free number, in order of appearance."""
+        if plan.next_no is None:
+            if group.next_no is None:
+                group.next_no = query_int(
+                    self._conn, "SELECT coalesce(max(no), 0) + 1 FROM streams"
+                )
+            plan.next_no = group.next_no
+        number = plan.next_no
+        plan.next_no += 1
+        plan.numbers[stream] = number
+        plan.streams.append((number, stream))
+        return number
 
     def _find_retry(
         self, part: StreamAppend, pending: dict[str, KeyedRow]
@@ -145,17 +172,20 @@ class Planner:
         return AppendResult(part.stream, first[0], last[0], last[2], duplicate=True)
 
 
-
-
-
 class Plan:
     """What one request will write: rows, results, new stream heads, keys, tracking."""
 
-    __slots__ = ("heads", "keys", "prev", "results", "rows", "seq", "tracking")
+    __slots__ = (
+        "heads", "keys", "next_no", "numbers", "prev", "results", "rows", "seq", "streams",
+        "tracking",
+    )
 
     def __init__(self, seq: int, prev: bytes) -> None:
         self.seq, self.prev = seq, prev
         self.rows: list[Row] = []
+        self.streams: list[tuple[int, str]] = []  # ``streams`` rows of new streams
+        self.numbers: dict[str, int] = {}
+        self.next_no: int | None = None
         self.results: list[AppendResult] = []
         self.heads: dict[str, int] = {}
         self.keys: dict[str, KeyedRow] = {}
@@ -165,19 +195,22 @@ class Plan:
 class GroupState:
     """What accepted requests of the current group will have written, for later ones."""
 
-    __slots__ = ("keys", "tracking")
+    __slots__ = ("keys", "next_no", "tracking")
 
     def __init__(self) -> None:
         self.keys: dict[str, KeyedRow] = {}
         self.tracking: dict[str, int] = {}
+        self.next_no: int | None = None  # the next free stream number, once looked up
 
-    def accept(self, plan: Plan, heads: dict[str, int]) -> None:
-        heads.update(plan.heads)
+    def accept(self, plan: Plan, planner: Planner) -> None:
+        """Make ``plan``'s writes visible to the requests planned after it."""
+        planner.heads.update(plan.heads)
+        if plan.numbers:
+            planner.numbers.update(plan.numbers)
+            self.next_no = plan.next_no
         self.keys.update(plan.keys)
         if plan.tracking is not None:
             self.tracking[plan.tracking.name] = plan.tracking.position
-
-
 
 def check_versions(part: StreamAppend, head: int) -> None:
     versions = part.versions or ()

@@ -17,6 +17,7 @@ from sessionwarden.store.errors import CorruptStore, StoreError, StoreUnavailabl
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
+    "EVENT_COLUMNS",
     "SCHEMA_VERSION",
     "connect",
     "default_db_path",
@@ -26,7 +27,7 @@ __all__ = [
 ]
 
 #: Bumped with every change to the DDL below; stored in ``PRAGMA user_version``.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: SQLite's own busy handler waits this long before the application-level retry takes
 #: over; long waits in the busy handler alone make writers convoy under FULL sync.
@@ -34,7 +35,25 @@ BUSY_TIMEOUT_MS = 100
 
 _APPLICATION_ID = 0x53574431  # "SWD1": tells our files from other SQLite databases
 
+#: The columns of an ``events`` row as the store's readers see them, in
+#: :class:`~sessionwarden.store.records.RecordedEvent` order (``stream_no`` is internal).
+EVENT_COLUMNS = (
+    "seq, stream, version, type, schema_version, recorded_at, idempotency_key, data,"
+    " prev_hash, hash"
+)
+
+# Streams are numbered in the order they first appear, and events are indexed by
+# (stream_no, version) rather than by name. The index entries shrink from ~45 bytes to a
+# few, and, what matters more, streams created together sit together in the index: a
+# group commit touching the streams of recent sessions dirties a few adjacent leaves
+# instead of one random leaf per event, and each dirty page is a WAL frame written
+# inside the fsync-bound COMMIT. The name stays in every event row, so rows (and hashes)
+# are self-describing; a trigger keeps the two in agreement.
 _DDL = """
+CREATE TABLE IF NOT EXISTS streams (
+    no   INTEGER PRIMARY KEY,
+    name TEXT    NOT NULL UNIQUE
+);
 CREATE TABLE IF NOT EXISTS events (
     seq             INTEGER PRIMARY KEY,
     stream          TEXT    NOT NULL,
@@ -46,15 +65,23 @@ CREATE TABLE IF NOT EXISTS events (
     data            BLOB    NOT NULL,
     prev_hash       BLOB    NOT NULL,
     hash            BLOB    NOT NULL,
-    UNIQUE (stream, version)
+    stream_no       INTEGER NOT NULL REFERENCES streams (no),
+    UNIQUE (stream_no, version)
 );
 -- Partial: most events carry no key, and a NULL entry per event would only cost writes.
 CREATE UNIQUE INDEX IF NOT EXISTS events_idempotency_key ON events (idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+CREATE TRIGGER IF NOT EXISTS events_stream_name BEFORE INSERT ON events
+WHEN NEW.stream IS NOT (SELECT name FROM streams WHERE no = NEW.stream_no)
+BEGIN SELECT RAISE(ABORT, 'events.stream does not match streams.name of stream_no'); END;
 CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
 BEGIN SELECT RAISE(ABORT, 'the event log is append-only: UPDATE is forbidden'); END;
 CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
 BEGIN SELECT RAISE(ABORT, 'the event log is append-only: DELETE is forbidden'); END;
+CREATE TRIGGER IF NOT EXISTS streams_no_update BEFORE UPDATE ON streams
+BEGIN SELECT RAISE(ABORT, 'stream numbers are permanent: UPDATE is forbidden'); END;
+CREATE TRIGGER IF NOT EXISTS streams_no_delete BEFORE DELETE ON streams
+BEGIN SELECT RAISE(ABORT, 'stream numbers are permanent: DELETE is forbidden'); END;
 CREATE TABLE IF NOT EXISTS tracking (
     name     TEXT PRIMARY KEY,
     position INTEGER NOT NULL
@@ -167,6 +194,12 @@ def ensure_schema(conn: apsw.Connection, path: Path) -> None:
             elif version > SCHEMA_VERSION:
                 raise StoreUnavailable(
                     f"{path}: written by a newer sessionwarden (schema {version}); upgrade"
+                )
+            elif version < SCHEMA_VERSION:
+                # Schema 1 only ever existed in pre-release builds; no migration is kept.
+                raise StoreUnavailable(
+                    f"{path}: written by a pre-release sessionwarden (schema {version}),"
+                    f" which this version cannot read; move it aside to start a new log"
                 )
             conn.execute("COMMIT")
         except BaseException:

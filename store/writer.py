@@ -9,7 +9,7 @@ Every request of a group is first *planned* against the log and the requests bef
 (``sessionwarden.store.planning``): conflicts are found there, before anything is
 written, so a conflicting request fails alone and the rest of the group still commits,
 and a request spanning several streams is all or nothing. The accepted rows are then
-written with one ``executemany`` and the projections applied once, in the same
+written with a few multi-row INSERTs and the projections applied once, in the same
 transaction, so views never run ahead of the log. If that write fails anyway (a
 projection raised), the group is redone request by request, each in its own SAVEPOINT,
 so only the guilty request fails.
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import apsw
 from loguru import logger
+from sessionwarden.store.bulk import insert_rows
 from sessionwarden.store.errors import (
     ConflictError,
     StoreClosed,
@@ -43,11 +44,10 @@ from sessionwarden.store.records import (
     Tracking,
 )
 from sessionwarden.store.retry import retry_busy
-from sessionwarden.store.schema import query_int, translate
+from sessionwarden.store.schema import EVENT_COLUMNS, query_int, translate
 
 __all__ = ["AppendRequest", "GroupCommitWriter", "utc_now"]
 
-_INSERT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _WINDOW_S = 0.0003
 
 
@@ -59,7 +59,7 @@ def utc_now() -> datetime:
 class AppendRequest:
     """One atomic append waiting in the writer's queue, and its outcome."""
 
-    __slots__ = ("_callback", "_done", "appends", "error", "results", "tracking")
+    __slots__ = ("_callback", "_done", "appends", "error", "finished", "results", "tracking")
 
     def __init__(
         self,
@@ -72,6 +72,7 @@ class AppendRequest:
         self.tracking = tracking
         self.results: list[AppendResult] | None = None
         self.error: StoreError | None = None
+        self.finished = False
         self._callback = callback
         # A pre-acquired lock is the cheapest one-shot signal CPython offers.
         self._done = threading.Lock()
@@ -80,6 +81,7 @@ class AppendRequest:
     def finish(self, results: list[AppendResult] | None, error: StoreError | None) -> None:
         """Record the outcome and wake the waiter (called by the writer thread)."""
         self.results, self.error = results, error
+        self.finished = True
         self._done.release()
         if self._callback is not None:
             try:
@@ -127,6 +129,7 @@ class GroupCommitWriter:
         self._last_written = 0
         self._closed = False
         self._listeners: list[Callable[[int], None]] = []
+        self._group_hooks: list[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._run, name="sw-store-writer", daemon=True)
         self._thread.start()
 
@@ -147,6 +150,14 @@ class GroupCommitWriter:
     def add_commit_listener(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(events)`` in the writer thread after each commit that wrote."""
         self._listeners.append(listener)
+
+    def add_group_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` in the writer thread once all requests of a group are finished.
+
+        This is how callbacks that only queue their results (see
+        ``sessionwarden.store.aio``) hand a whole group over with one wake-up.
+        """
+        self._group_hooks.append(hook)
 
     def close(self, timeout: float = 30.0) -> None:
         """Commit what is queued, stop the thread and close the connection."""
@@ -182,7 +193,15 @@ class GroupCommitWriter:
         for item in inbox.take(0, 2**31):
             if isinstance(item, AppendRequest):
                 item.finish(None, StoreClosed("the event log is closed"))
+        self._run_group_hooks()
         self._conn.close()
+
+    def _run_group_hooks(self) -> None:
+        for hook in self._group_hooks:
+            try:
+                hook()
+            except Exception as exc:  # a hook's failure must never stop the writer
+                logger.warning("group hook failed: {}: {}", type(exc).__name__, exc)
 
     def _commit(self, group: list[AppendRequest]) -> None:
         outcomes: list[_Outcome]
@@ -207,6 +226,8 @@ class GroupCommitWriter:
             outcomes = [(None, _bug(exc))] * len(group)
         for request, (results, error) in zip(group, outcomes, strict=True):
             request.finish(results, error)
+        if self._group_hooks:
+            self._run_group_hooks()
         written = self._last_written
         if written and self._listeners:
             for listener in self._listeners:
@@ -259,7 +280,7 @@ class GroupCommitWriter:
                     conn.execute("RELEASE request")
                 else:
                     plans.append(plan)
-                group_state.accept(plan, self._planner.heads)
+                group_state.accept(plan, self._planner)
                 seq, prev = plan.seq, plan.prev
                 outcomes.append((plan.results, None))
             if plans:
@@ -287,20 +308,24 @@ class GroupCommitWriter:
         return outcomes
 
     def _write(self, plans: list[Plan]) -> None:
+        conn = self._conn
+        streams = [row for plan in plans for row in plan.streams]
+        if streams:
+            insert_rows(conn, "INSERT INTO streams", streams)
         rows = [row for plan in plans for row in plan.rows]
         if rows:
-            self._conn.executemany(_INSERT, rows)
+            insert_rows(conn, "INSERT INTO events", rows)
         tracking = [(p.tracking.name, p.tracking.position) for p in plans if p.tracking]
         if tracking:
-            self._conn.executemany(
+            conn.executemany(
                 "INSERT INTO tracking VALUES (?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
                 tracking,
             )
-        if rows:
-            recorded = [RecordedEvent(*row) for row in rows]
+        if rows and self._projections:
+            recorded = [RecordedEvent(*row[:10]) for row in rows]
             for projection in self._projections:
-                projection.apply(self._conn, recorded)
+                projection.apply(conn, recorded)
 
     def _catch_up_views(self, head: int) -> None:
         """Fold events appended by other processes into views that lag behind."""
@@ -315,7 +340,8 @@ class GroupCommitWriter:
                 page = [
                     RecordedEvent(*r)
                     for r in self._conn.execute(
-                        "SELECT * FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 5000",
+                        f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ?"
+                        " ORDER BY seq LIMIT 5000",
                         (position, head),
                     )
                 ]

@@ -98,8 +98,8 @@ def swap_with_next(conn: apsw.Connection, k: int) -> None:
     k = min(k, N - 1)
     a, b = _row(conn, k), _row(conn, k + 1)
     conn.execute("DELETE FROM events WHERE seq IN (?, ?)", (k, k + 1))
-    conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (k, *b[1:]))
-    conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (k + 1, *a[1:]))
+    conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (k, *b[1:]))
+    conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (k + 1, *a[1:]))
 
 
 def insert_forged(conn: apsw.Connection, k: int) -> None:
@@ -112,8 +112,12 @@ def insert_forged(conn: apsw.Connection, k: int) -> None:
     fields = ("forged-stream", 1, forged.type, forged.schema_version,
               "2020-01-01T00:00:00.000000+00:00", None, forged.data)
     digest = event_hash(prev, k, *fields)
+    # A careful forger numbers the new stream too, so the insert trigger lets it through.
+    conn.execute("INSERT INTO streams (name) VALUES ('forged-stream')")
+    number = conn.execute("SELECT no FROM streams WHERE name = 'forged-stream'").fetchall()[0][0]
     conn.execute(
-        "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (k, *fields, prev, digest)
+        "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (k, *fields, prev, digest, number),
     )
 
 
