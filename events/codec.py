@@ -53,6 +53,8 @@ class EventCodec:
             if tag in self._classes:
                 raise ValueError(f"two event classes share the tag {tag!r}")
             self._classes[tag] = cls
+        # Parsed once here: encode runs on every append, in the appender's thread.
+        self._versions = {tag: parse_tag(tag)[1] for tag in self._classes}
         self._decoders = {
             tag: msgspec.json.Decoder(cls) for tag, cls in self._classes.items()
         }
@@ -83,9 +85,10 @@ class EventCodec:
     def encode(self, event: Event) -> EncodedEvent:
         """Encode a current event into its stored form."""
         tag = type(event).type_tag()
-        if tag not in self._classes:
+        version = self._versions.get(tag)
+        if version is None:
             raise UnknownEventType(tag)
-        return EncodedEvent(tag, parse_tag(tag)[1], self._encoder.encode(event))
+        return EncodedEvent(tag, version, self._encoder.encode(event))
 
     def decode(self, type_tag: str, data: bytes) -> Event:
         """Decode a stored payload, upcasting it when its tag is retired.

@@ -68,6 +68,10 @@ _deliveries_lock = threading.Lock()
 
 
 def _delivery(writer: GroupCommitWriter, loop: asyncio.AbstractEventLoop) -> LoopDelivery:
+    per_loop = _deliveries.get(writer)
+    delivery = None if per_loop is None else per_loop.get(loop)
+    if delivery is not None:  # the common case needs no lock: dict reads are atomic
+        return delivery
     with _deliveries_lock:
         per_loop = _deliveries.get(writer)
         if per_loop is None:

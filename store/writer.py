@@ -43,6 +43,7 @@ from sessionwarden.store.records import (
     StreamAppend,
     Tracking,
 )
+from sessionwarden.store.request import AppendRequest
 from sessionwarden.store.retry import retry_busy
 from sessionwarden.store.schema import EVENT_COLUMNS, query_int, translate
 
@@ -54,50 +55,6 @@ _WINDOW_S = 0.0003
 def utc_now() -> datetime:
     """The current time in UTC (the default clock)."""
     return datetime.now(UTC)
-
-
-class AppendRequest:
-    """One atomic append waiting in the writer's queue, and its outcome."""
-
-    __slots__ = ("_callback", "_done", "appends", "error", "finished", "results", "tracking")
-
-    def __init__(
-        self,
-        appends: Sequence[StreamAppend],
-        tracking: Tracking | None,
-        callback: Callable[["AppendRequest"], None] | None,
-    ) -> None:
-        """Create a pending request; ``callback`` runs in the writer thread when done."""
-        self.appends = appends
-        self.tracking = tracking
-        self.results: list[AppendResult] | None = None
-        self.error: StoreError | None = None
-        self.finished = False
-        self._callback = callback
-        # A pre-acquired lock is the cheapest one-shot signal CPython offers.
-        self._done = threading.Lock()
-        self._done.acquire()
-
-    def finish(self, results: list[AppendResult] | None, error: StoreError | None) -> None:
-        """Record the outcome and wake the waiter (called by the writer thread)."""
-        self.results, self.error = results, error
-        self.finished = True
-        self._done.release()
-        if self._callback is not None:
-            try:
-                self._callback(self)
-            except Exception as exc:  # a callback's failure must never stop the writer
-                logger.warning("append callback failed: {}: {}", type(exc).__name__, exc)
-
-    def wait(self, timeout: float | None = None) -> list[AppendResult]:
-        """Block until the request is committed; raise its error if it failed."""
-        if not self._done.acquire(timeout=-1 if timeout is None else timeout):
-            raise TimeoutError("the append was not acknowledged in time")
-        self._done.release()
-        if self.error is not None:
-            raise self.error
-        assert self.results is not None
-        return self.results
 
 
 _STOP = object()
