@@ -30,8 +30,8 @@ class LoopDelivery:
     """Queues finished requests for one event loop and wakes it once per flush."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Deliver to ``loop``."""
-        self._loop = loop
+        """Deliver to ``loop`` (held weakly: a log must not keep dead loops alive)."""
+        self._loop = weakref.ref(loop)
         self._lock = threading.Lock()
         self._pending: list[_Waiter] = []
         self._scheduled = False
@@ -47,8 +47,11 @@ class LoopDelivery:
             if not self._pending or self._scheduled:
                 return
             self._scheduled = True
+        loop = self._loop()
         try:
-            self._loop.call_soon_threadsafe(self._drain)
+            if loop is None:
+                raise RuntimeError("the loop is gone")
+            loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # the loop is closed: nobody is left to wait
             with self._lock:
                 self._pending.clear()
@@ -63,32 +66,38 @@ class LoopDelivery:
                 future.set_result(request)
 
 
-_deliveries: "weakref.WeakKeyDictionary[GroupCommitWriter, weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopDelivery]]" = weakref.WeakKeyDictionary()  # noqa: E501
-_deliveries_lock = threading.Lock()
+class _Deliveries:
+    """One writer's deliveries, one per event loop, flushed by a single group hook."""
+
+    def __init__(self) -> None:
+        self.by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopDelivery] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def flush(self) -> None:
+        for delivery in list(self.by_loop.values()):
+            delivery.flush()
+
+
+_registry: "weakref.WeakKeyDictionary[GroupCommitWriter, _Deliveries]" = (
+    weakref.WeakKeyDictionary()
+)
+_registry_lock = threading.Lock()
 
 
 def _delivery(writer: GroupCommitWriter, loop: asyncio.AbstractEventLoop) -> LoopDelivery:
-    per_loop = _deliveries.get(writer)
-    delivery = None if per_loop is None else per_loop.get(loop)
+    deliveries = _registry.get(writer)
+    delivery = None if deliveries is None else deliveries.by_loop.get(loop)
     if delivery is not None:  # the common case needs no lock: dict reads are atomic
         return delivery
-    with _deliveries_lock:
-        per_loop = _deliveries.get(writer)
-        if per_loop is None:
-            per_loop = _deliveries[writer] = weakref.WeakKeyDictionary()
-        delivery = per_loop.get(loop)
+    with _registry_lock:
+        deliveries = _registry.get(writer)
+        if deliveries is None:
+            deliveries = _registry[writer] = _Deliveries()
+            writer.add_group_hook(deliveries.flush)
+        delivery = deliveries.by_loop.get(loop)
         if delivery is None:
-            delivery = per_loop[loop] = LoopDelivery(loop)
-            # The hook holds the delivery only weakly: a closed, collected loop must not
-            # be kept alive (or flushed) by a log that outlives it.
-            ref = weakref.ref(delivery)
-
-            def hook() -> None:
-                target = ref()
-                if target is not None:
-                    target.flush()
-
-            writer.add_group_hook(hook)
+            delivery = deliveries.by_loop[loop] = LoopDelivery(loop)
         return delivery
 
 
@@ -101,7 +110,18 @@ async def append_batch_async(
     loop = asyncio.get_running_loop()
     delivery = _delivery(writer, loop)
     future: asyncio.Future[AppendRequest] = loop.create_future()
-    request = writer.submit(appends, tracking, lambda done: delivery.deliver(future, done))
+    submitted = False
+
+    def callback(done: AppendRequest) -> None:
+        # A request refused inside submit() (the log is closed) is finished in this
+        # very call, and no group hook will ever flush it: answer it directly below
+        # instead of leaving it queued. finish() sets ``finished`` before calling us, so
+        # a request we skip here is always seen as finished after submit() returns.
+        if submitted:
+            delivery.deliver(future, done)
+
+    request = writer.submit(appends, tracking, callback)
+    submitted = True
     if not request.finished:
         request = await future
     if request.error is not None:

@@ -42,6 +42,9 @@ def insert_rows(
     if not batch:
         return
     width = len(batch[0])
+    if any(len(row) != width for row in batch):
+        # Flattened, ragged rows would be silently realigned into the wrong columns.
+        raise ValueError("insert_rows needs rows of one width")
     for start in range(0, len(batch), CHUNK):
         chunk = batch[start : start + CHUNK]
         conn.execute(

@@ -28,14 +28,33 @@ class Inbox(Generic[T]):
         self._signal = threading.Lock()
         self._signal.acquire()
         self._want = 0  # how many queued items end the consumer's wait; 0: not waiting
+        self._closed = False
 
-    def put(self, item: T, *, urgent: bool = False) -> None:
-        """Queue ``item``; wake the consumer if this makes its group (or ``urgent``)."""
+    def put(self, item: T, *, urgent: bool = False) -> bool:
+        """Queue ``item``; wake the consumer if this makes its group (or ``urgent``).
+
+        Returns False, queueing nothing, once the inbox is closed.
+        """
         with self._mutex:
+            if self._closed:
+                return False
             self._items.append(item)
             if self._want and (urgent or len(self._items) >= self._want):
                 self._want = 0
                 self._signal.release()
+        return True
+
+    def close(self) -> list[T]:
+        """Refuse every later put; return what is still queued.
+
+        Closing under the same mutex as ``put`` is what makes "refused or taken" exact: a
+        producer racing with the close either got its item in before (and it is
+        returned here) or is told it was refused.
+        """
+        with self._mutex:
+            self._closed = True
+            items, self._items = self._items, []
+        return items
 
     def take(self, want: int, limit: int, timeout: float | None = None) -> list[T]:
         """Wait until ``want`` items are queued or ``timeout`` passes; take up to ``limit``.

@@ -21,7 +21,8 @@ from sessionwarden.store.schema import query_int
 
 __all__ = ["GroupState", "KeyedRow", "Plan", "Planner", "Row", "check_expected", "check_versions"]
 
-#: Stream heads kept at most; past this the cache starts over (a cheap bound on memory).
+#: Stream heads kept at most; past this the writer starts the cache over between groups
+#: (a cheap bound on memory).
 MAX_CACHED_HEADS = 100_000
 
 KeyedRow = tuple[int, str, int, str, bytes]  # seq, stream, version, type, data
@@ -38,6 +39,10 @@ class Planner:
         self._conn = conn
         self.heads: dict[str, int] = {}  # head version; -1: the stream has no events
         self.numbers: dict[str, int] = {}  # stream_no of every stream in ``heads`` that has one
+
+    def oversized(self) -> bool:
+        """Whether the cache outgrew :data:`MAX_CACHED_HEADS` (checked between groups)."""
+        return len(self.heads) > MAX_CACHED_HEADS
 
     def forget(self) -> None:
         """Drop cached heads and numbers (another writer may have moved them)."""
@@ -141,13 +146,11 @@ class Planner:
         return plan
 
     def _head(self, stream: str) -> int:
-        if len(self.heads) > MAX_CACHED_HEADS:
-            self.forget()
         head = self.heads.get(stream)
         if head is None:
             row = self._conn.execute(
-                "SELECT no, (SELECT max(version) FROM events WHERE stream_no = no) FROM streams"
-                " WHERE name = ?",
+                "SELECT s.no, (SELECT max(e.version) FROM events AS e WHERE e.stream_no = s.no)"
+                " FROM streams AS s WHERE s.name = ?",
                 (stream,),
             ).fetchone()
             if row is None:

@@ -42,9 +42,10 @@ class AppendRequest:
         self.results, self.error = results, error
         self.finished = True
         self._done.release()
-        if self._callback is not None:
+        callback, self._callback = self._callback, None  # what it holds need not outlive it
+        if callback is not None:
             try:
-                self._callback(self)
+                callback(self)
             except Exception as exc:  # a callback's failure must never stop the writer
                 logger.warning("append callback failed: {}: {}", type(exc).__name__, exc)
 

@@ -19,6 +19,7 @@ __all__ = [
     "BUSY_TIMEOUT_MS",
     "EVENT_COLUMNS",
     "SCHEMA_VERSION",
+    "check_version",
     "connect",
     "default_db_path",
     "ensure_schema",
@@ -168,6 +169,8 @@ def _check_identity(conn: apsw.Connection, path: Path, *, readonly: bool) -> Non
     """Refuse a SQLite file that is not ours before changing anything in it."""
     app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
     if app_id == _APPLICATION_ID:
+        if readonly:  # a writable open checks inside ensure_schema's transaction
+            check_version(query_int(conn, "PRAGMA user_version"), path)
         return
     tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()[0][0]
     if app_id == 0 and tables == 0:
@@ -175,6 +178,24 @@ def _check_identity(conn: apsw.Connection, path: Path, *, readonly: bool) -> Non
             raise StoreUnavailable(f"{path}: no event log here (nothing has been recorded)")
         return
     raise CorruptStore(f"{path}: this SQLite file is not a sessionwarden event log")
+
+
+def check_version(version: int, path: Path) -> None:
+    """Refuse a log whose schema this version cannot read.
+
+    Raises:
+        StoreUnavailable: the schema is newer, or one of the pre-release schemas.
+    """
+    if version > SCHEMA_VERSION:
+        raise StoreUnavailable(
+            f"{path}: written by a newer sessionwarden (schema {version}); upgrade"
+        )
+    if version < SCHEMA_VERSION:
+        # Schema 1 only ever existed in pre-release builds; no migration is kept.
+        raise StoreUnavailable(
+            f"{path}: written by a pre-release sessionwarden (schema {version}),"
+            f" which this version cannot read; move it aside to start a new log"
+        )
 
 
 def ensure_schema(conn: apsw.Connection, path: Path) -> None:
@@ -191,16 +212,8 @@ def ensure_schema(conn: apsw.Connection, path: Path) -> None:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             elif app_id != _APPLICATION_ID:
                 raise CorruptStore(f"{path}: this SQLite file is not a sessionwarden event log")
-            elif version > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"{path}: written by a newer sessionwarden (schema {version}); upgrade"
-                )
-            elif version < SCHEMA_VERSION:
-                # Schema 1 only ever existed in pre-release builds; no migration is kept.
-                raise StoreUnavailable(
-                    f"{path}: written by a pre-release sessionwarden (schema {version}),"
-                    f" which this version cannot read; move it aside to start a new log"
-                )
+            else:
+                check_version(version, path)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

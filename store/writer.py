@@ -98,10 +98,8 @@ class GroupCommitWriter:
     ) -> AppendRequest:
         """Queue an atomic append; returns at once with the pending request."""
         request = AppendRequest(appends, tracking, callback)
-        if self._closed:
+        if self._closed or not self._inbox.put(request):
             request.finish(None, StoreClosed("the event log is closed"))
-        else:
-            self._inbox.put(request)
         return request
 
     def add_commit_listener(self, listener: Callable[[int], None]) -> None:
@@ -144,10 +142,13 @@ class GroupCommitWriter:
             expected = max(len(requests), 1)
             if requests:
                 self._commit(requests)
+            # Drop the group before sleeping: its requests hold their callers' callbacks
+            # (and, from asyncio, futures and so whole event loops).
+            group = requests = []
             if stopping:
                 break
         # Appends that raced with close() are refused, never dropped silently.
-        for item in inbox.take(0, 2**31):
+        for item in inbox.close():
             if isinstance(item, AppendRequest):
                 item.finish(None, StoreClosed("the event log is closed"))
         self._run_group_hooks()
@@ -207,7 +208,10 @@ class GroupCommitWriter:
             row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (row[0], row[1]) if row else (0, GENESIS)
             start = seq
-            if seq != self._last_seq:
+            if seq != self._last_seq or self._planner.oversized():
+                # Another process appended (or the cache outgrew its bound): forget
+                # cached heads here, between groups, never in the middle of planning one,
+                # where a forgotten stream created earlier in the group would look new.
                 self._planner.forget()
             if seq != self._last_seq:
                 self._catch_up_views(seq)
