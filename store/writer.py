@@ -144,7 +144,7 @@ class GroupCommitWriter:
                 self._commit(requests)
             # Drop the group before sleeping: its requests hold their callers' callbacks
             # (and, from asyncio, futures and so whole event loops).
-            group = requests = []
+            group, requests = [], []
             if stopping:
                 break
         # Appends that raced with close() are refused, never dropped silently.
