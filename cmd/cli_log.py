@@ -26,6 +26,7 @@ REPLAY_EXIT_CODES = {
     "reordered": 3,
     "inserted": 3,
     "unlinked": 3,
+    "misindexed": 3,
     "undecodable": 4,
     "view_mismatch": 5,
 }

@@ -23,7 +23,7 @@ from sessionwarden.store.records import RecordedEvent
 from sessionwarden.store.schema import query_int
 from sessionwarden.store.verify import verify_chain
 
-__all__ = ["ReplayReport", "rebuild_views", "replay"]
+__all__ = ["ReplayReport", "first_misindexed", "rebuild_views", "replay"]
 
 _BATCH = 2000
 
@@ -123,6 +123,20 @@ def _first_difference(live: apsw.Connection, scratch: apsw.Connection, table: st
     return "row counts differ"
 
 
+def first_misindexed(conn: apsw.Connection) -> int | None:
+    """The first event whose ``stream_no`` does not name its ``stream``, if any.
+
+    The hash chain covers the stream's name, not its number; this is what vouches for
+    the ``(stream_no, version)`` index that ``read_stream`` goes through.
+    """
+    row = conn.execute(
+        "SELECT min(e.seq) FROM events AS e LEFT JOIN streams AS s ON s.no = e.stream_no"
+        " WHERE s.name IS NOT e.stream"
+    ).fetchone()
+    value = None if row is None else row[0]
+    return value if isinstance(value, int) else None
+
+
 def replay(
     db_path: Path,
     projections: Sequence[Projection],
@@ -148,6 +162,14 @@ def replay(
                         ok=False, events=chain.events, first_bad_seq=chain.first_bad_seq,
                         kind=chain.kind, detail=chain.detail, head_hash=chain.head_hash,
                         seconds=time.perf_counter() - started,
+                    )
+                bad = first_misindexed(log.read_connection())
+                if bad is not None:
+                    return ReplayReport(
+                        ok=False, events=bad - 1, first_bad_seq=bad, kind="misindexed",
+                        detail=f"event {bad} is filed under a stream number whose name is not"
+                        " its stream: read_stream would return the wrong events",
+                        head_hash=head_hash.hex(), seconds=time.perf_counter() - started,
                     )
             scratch = apsw.Connection(str(scratch_dir / "views.db"))
             try:

@@ -203,9 +203,11 @@ class GroupCommitWriter:
         threads waiting, the number of calls per group is what bounds throughput.
         """
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+            # One call for both: each apsw call is a GIL release an appender may take.
+            row = conn.execute(
+                "BEGIN IMMEDIATE; SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
             seq, prev = (row[0], row[1]) if row else (0, GENESIS)
             start = seq
             if seq != self._last_seq or self._planner.oversized():

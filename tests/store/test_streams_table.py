@@ -1,7 +1,7 @@
 """Schema 2: streams are numbered in order of first appearance, events refer to them.
 
 The numbers must stay gap-free however appends fail, the name in each event row must
-agree with its number (a trigger enforces it), the ``streams`` table is as immutable as
+agree with its number (``replay --verify`` audits it), the ``streams`` table is as immutable as
 ``events``, schema-1 files are refused, and the streams view still replays identically.
 """
 
@@ -276,39 +276,50 @@ def test_a_read_only_log_reads_by_name(log: EventLog, db: Path) -> None:
 
 # -- integrity inside the file ---------------------------------------------------------------
 
-_INSERT_EVENT = (
-    "INSERT INTO events (seq, stream, version, type, schema_version, recorded_at,"
-    " idempotency_key, data, prev_hash, hash, stream_no)"
-    " VALUES (?, ?, ?, 't', 1, '2026-01-01T00:00:00+00:00', NULL, x'00', x'00', x'00', ?)"
-)
+def _damage(db: Path, *statements: str) -> None:
+    """Edit the file as a careless tool or a tamperer would: triggers dropped first."""
+    with plain(db) as conn:
+        conn.execute(
+            "DROP TRIGGER events_no_update; DROP TRIGGER streams_no_update;"
+            " DROP TRIGGER streams_no_delete"
+        )
+        for statement in statements:
+            conn.execute(statement)
+
+
+def _filed(db: Path) -> Path:
+    with EventLog(db, projections=[StreamsView()]) as log:
+        log.append("a", [session_ev(1)])
+        log.append("b", [session_ev(2)])
+        log.append("a", [session_ev(3)])
+        log.append("b", [session_ev(4)])
+        log.append("c", [session_ev(5)])
+    return db
 
 
 @pytest.mark.parametrize(
-    ("stream", "stream_no"),
-    [("b", 1), ("a", 2), ("a", 999), ("nobody", 999)],
-    ids=["other-stream's-number", "other-name", "unknown-number", "unknown-both"],
+    ("statements", "first_bad"),
+    [
+        (("UPDATE events SET stream_no = 3 WHERE seq = 4",), 4),
+        (("UPDATE events SET stream_no = 99 WHERE seq = 2",), 2),
+        (("UPDATE streams SET name = 'renamed' WHERE no = 2",), 2),
+        (("UPDATE streams SET no = 7 WHERE no = 1",), 1),
+    ],
+    ids=["other-stream's-number", "unknown-number", "renamed-stream", "renumbered-stream"],
 )
-def test_an_event_whose_name_does_not_match_its_number_is_rejected(
-    log: EventLog, db: Path, stream: str, stream_no: int
+def test_replay_verify_finds_an_event_filed_under_the_wrong_stream(
+    db: Path, statements: tuple[str, ...], first_bad: int
 ) -> None:
-    log.append("a", [ev()])
-    log.append("b", [ev()])
-    before = list(log.read_all())
-    with plain(db) as conn, pytest.raises(apsw.ConstraintError, match="does not match"):
-        conn.execute(_INSERT_EVENT, (3, stream, 2, stream_no))
-    assert list(log.read_all()) == before
+    """The chain hashes names, not numbers: the index is audited on its own."""
+    _damage(_filed(db), *statements)
+    report = replay(db, [StreamsView()], verify=True)
+    assert (report.ok, report.kind, report.first_bad_seq) == (False, "misindexed", first_bad)
+    assert report.events == first_bad - 1
 
 
-def test_the_name_trigger_lets_a_matching_row_through(log: EventLog, db: Path) -> None:
-    """The trigger is specific: the same row with the right number passes it."""
-    log.append("a", [ev()])
-    log.append("b", [ev()])
-    with plain(db) as conn:
-        conn.execute("BEGIN")
-        conn.execute(_INSERT_EVENT, (3, "b", 2, 2))
-        assert conn.execute("SELECT count(*) FROM events").fetchall() == [(3,)]
-        conn.execute("ROLLBACK")
-    assert log.head()[0] == 2
+def test_replay_verify_passes_an_intact_index(db: Path) -> None:
+    report = replay(_filed(db), [StreamsView()], verify=True)
+    assert report.ok and report.kind is None
 
 
 @pytest.mark.parametrize(
