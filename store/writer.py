@@ -49,7 +49,13 @@ from sessionwarden.store.schema import EVENT_COLUMNS, query_int, translate
 
 __all__ = ["AppendRequest", "GroupCommitWriter", "utc_now"]
 
-_WINDOW_S = 0.0003
+# How long the writer waits for the rest of a group: 50 us per expected appender (about
+# what one needs to wake, take the GIL and resubmit), within these bounds. The wait
+# normally ends early, at the put that completes the group; the bound only matters when
+# concurrency drops, and then costs one late group before ``expected`` adapts.
+_WINDOW_PER_S = 0.00005
+_WINDOW_MIN_S = 0.0005
+_WINDOW_MAX_S = 0.004
 
 
 def utc_now() -> datetime:
@@ -84,6 +90,7 @@ class GroupCommitWriter:
         self._planner = Planner(conn)
         self._last_seq = -1  # unknown until our first commit
         self._last_written = 0
+        self._waiting = 0
         self._closed = False
         self._listeners: list[Callable[[int], None]] = []
         self._group_hooks: list[Callable[[], None]] = []
@@ -129,19 +136,25 @@ class GroupCommitWriter:
         expected = 1
         while True:
             group = inbox.take(1, self._max_group)
-            # Group-commit window: when the last group showed k concurrent appenders, wait
-            # a few hundred microseconds for the k that are about to resubmit instead of
-            # paying a whole fsync for the first one alone; the put that completes the
-            # group wakes us early. A lone appender (k = 1) never waits.
+            # Group-commit window: when the last commit showed k concurrent appenders, wait
+            # for the k that are about to resubmit instead of paying a whole fsync for the
+            # first one alone; the put that completes the group wakes us early. A lone
+            # appender (k = 1) never waits.
             if len(group) < expected:
+                window = min(max(expected * _WINDOW_PER_S, _WINDOW_MIN_S), _WINDOW_MAX_S)
                 group += inbox.take(
-                    expected - len(group), self._max_group - len(group), _WINDOW_S
+                    expected - len(group), self._max_group - len(group), window
                 )
             stopping = _STOP in group
             requests = [item for item in group if isinstance(item, AppendRequest)]
-            expected = max(len(requests), 1)
             if requests:
                 self._commit(requests)
+            # Concurrency is the group just committed plus the requests that arrived while
+            # it was being written, counted before the acknowledgements went out. Counting
+            # only the group let a group split once by a late appender stay split (k/2 +
+            # k/2, one more fsync per round); counting after the acks would also count
+            # appenders of this group that had already resubmitted.
+            expected = max(len(requests) + self._waiting, 1)
             # Drop the group before sleeping: its requests hold their callers' callbacks
             # (and, from asyncio, futures and so whole event loops).
             group, requests = [], []
@@ -182,6 +195,7 @@ class GroupCommitWriter:
             outcomes = [(None, translate(exc, self._path))] * len(group)
         except Exception as exc:  # a bug must fail the appends, never kill the writer
             outcomes = [(None, _bug(exc))] * len(group)
+        self._waiting = len(self._inbox)  # see _run: how many arrived during the write
         for request, (results, error) in zip(group, outcomes, strict=True):
             request.finish(results, error)
         if self._group_hooks:
