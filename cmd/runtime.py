@@ -44,7 +44,12 @@ class Runtime:
     ) -> None:
         """Open the log; actors start in :meth:`start`."""
         self.config = config
-        self.log = EventLog(db_path, projections=default_projections(), autocheckpoint=False)
+        # SQLite's own checkpoints stay on: they run between two commits, when the WAL is
+        # fully backfilled, so the next commit restarts the WAL and overwrites blocks the
+        # file already has. Checkpoints from the CheckpointActor's connection alone never
+        # found that moment under steady appends; the WAL only grew, and fsync on a
+        # growing file cost ~20% of the commit rate (bench figures in ARCHITECTURE.md).
+        self.log = EventLog(db_path, projections=default_projections())
         self.shards = session_shards
         log = self.log
 

@@ -52,8 +52,10 @@ class EventLog:
     ) -> None:
         """Open (and, unless ``readonly``, create) the log at ``path``.
 
-        ``autocheckpoint=False`` leaves WAL checkpoints to the caller (the daemon's
-        CheckpointActor), so no commit ever pays for one.
+        ``autocheckpoint=False`` leaves WAL checkpoints entirely to the caller. Only
+        do that with a plan for restarting the WAL: checkpoints from another connection
+        rarely complete between two commits, and a WAL that never restarts grows, which
+        makes every commit's fsync dearer (see ARCHITECTURE.md, Checkpoints).
 
         Raises:
             StoreUnavailable: the file cannot be opened (or is missing when read-only).
