@@ -426,3 +426,16 @@ def test_appends_refused_after_close_leave_nothing_queued(db: Path) -> None:
         assert all(not d._pending for d in deliveries.by_loop.values())
 
     asyncio.run(run())
+
+
+def test_append_async_on_uvloop_the_daemons_loop(log: EventLog) -> None:
+    import uvloop  # a dependency of uvicorn[standard], which the daemon runs on
+
+    async def run() -> list[AppendResult]:
+        return list(await asyncio.gather(
+            *(log.append_async(f"uv-{i % 3}", [ev()]) for i in range(30))
+        ))
+
+    results = uvloop.run(run())
+    assert sorted(r.first_seq for r in results) == list(range(1, 31))
+    assert {log.stream_version(f"uv-{i}") for i in range(3)} == {10}
