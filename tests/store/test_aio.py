@@ -28,29 +28,14 @@ from sessionwarden.store.errors import (
     WrongExpectedVersion,
 )
 
-WRITER_THREAD = "sw-store-writer"
+from tests.store.store_support import ev
+
 WAIT_S = 30.0
 
 
-def ev(data: str = "x", *, key: str | None = None) -> NewEvent:
-    return NewEvent("test.happened.v1", data.encode(), idempotency_key=key)
 
 
-def writer_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == WRITER_THREAD]
 
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "events.db"
-
-
-@pytest.fixture
-def log(db: Path) -> Iterator[EventLog]:
-    before = len(writer_threads())
-    with EventLog(db) as opened:
-        yield opened
-    assert len(writer_threads()) == before, "close() left the writer thread running"
 
 
 @contextmanager

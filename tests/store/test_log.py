@@ -11,12 +11,10 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
 import pytest
-from sessionwarden.events import CODEC, SessionStarted
 from sessionwarden.store import (
     ANY,
     EXISTS,
@@ -42,34 +40,7 @@ from sessionwarden.store.errors import (
 )
 from sessionwarden.store.schema import connect
 
-WRITER_THREAD = "sw-store-writer"
-
-
-def ev(data: str = "x", *, key: str | None = None, type_: str = "test.happened.v1") -> NewEvent:
-    return NewEvent(type_, data.encode(), idempotency_key=key)
-
-
-def session_ev(n: int = 0) -> NewEvent:
-    """A real, decodable event (replay --verify decodes every event)."""
-    encoded = CODEC.encode(SessionStarted(session_id=f"s-{n}", model="m"))
-    return NewEvent(encoded.type, encoded.data, encoded.schema_version)
-
-
-def writer_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == WRITER_THREAD]
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "events.db"
-
-
-@pytest.fixture
-def log(db: Path) -> Iterator[EventLog]:
-    before = len(writer_threads())
-    with EventLog(db) as opened:
-        yield opened
-    assert len(writer_threads()) == before, "close() left the writer thread running"
+from tests.store.store_support import ev, session_ev, writer_threads
 
 
 def all_seqs(log: EventLog) -> list[int]:

@@ -5,7 +5,6 @@ agree with its number (``replay --verify`` audits it), the ``streams`` table is 
 ``events``, schema-1 files are refused, and the streams view still replays identically.
 """
 
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -13,7 +12,6 @@ from pathlib import Path
 
 import apsw
 import pytest
-from sessionwarden.events import CODEC, SessionStarted
 from sessionwarden.store import (
     NO_STREAM,
     EventLog,
@@ -31,35 +29,15 @@ from sessionwarden.store.errors import (
 )
 from sessionwarden.store.writer import AppendRequest
 
-WRITER_THREAD = "sw-store-writer"
+from tests.store.store_support import ev, session_ev, writer_threads
+
 WAIT_S = 30.0
 
 
-def ev(data: str = "x") -> NewEvent:
-    return NewEvent("test.happened.v1", data.encode())
 
 
-def session_ev(n: int = 0) -> NewEvent:
-    """A real, decodable event (replay --verify decodes every event)."""
-    encoded = CODEC.encode(SessionStarted(session_id=f"s-{n}", model="m"))
-    return NewEvent(encoded.type, encoded.data, encoded.schema_version)
 
 
-def writer_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == WRITER_THREAD]
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "events.db"
-
-
-@pytest.fixture
-def log(db: Path) -> Iterator[EventLog]:
-    before = len(writer_threads())
-    with EventLog(db) as opened:
-        yield opened
-    assert len(writer_threads()) == before, "close() left the writer thread running"
 
 
 @contextmanager

@@ -1,0 +1,24 @@
+"""Helpers shared by the store's tests: events to append and the writer thread's name."""
+
+import threading
+
+from sessionwarden.events import CODEC, SessionStarted
+from sessionwarden.store import NewEvent
+
+WRITER_THREAD = "sw-store-writer"
+
+
+def ev(data: str = "x", *, key: str | None = None, type_: str = "test.happened.v1") -> NewEvent:
+    """A small event with ``data`` as its payload (not decodable: fine unless replayed)."""
+    return NewEvent(type_, data.encode(), idempotency_key=key)
+
+
+def session_ev(n: int = 0) -> NewEvent:
+    """A real, decodable event (replay --verify decodes every event)."""
+    encoded = CODEC.encode(SessionStarted(session_id=f"s-{n}", model="m"))
+    return NewEvent(encoded.type, encoded.data, encoded.schema_version)
+
+
+def writer_threads() -> list[threading.Thread]:
+    """The store writer threads alive now (a closed log must leave none behind)."""
+    return [t for t in threading.enumerate() if t.name == WRITER_THREAD]
