@@ -1,7 +1,9 @@
 """The group-commit writer: one thread, one write connection, many appenders.
 
-Appenders put requests on a queue and wait for their acknowledgement. The writer drains
-whatever has queued up, commits it in one ``BEGIN IMMEDIATE`` transaction with
+Appenders put requests in the writer's :class:`~sessionwarden.store.inbox.Inbox` and wait
+for their acknowledgement. The writer takes a group (as many requests as there were
+concurrent appenders last time, or what came within a short window), commits it in one
+``BEGIN IMMEDIATE`` transaction with
 ``synchronous=FULL`` and only then acknowledges each request: one fsync is shared by the
 whole group, which is where the throughput over one-transaction-per-event comes from.
 
