@@ -3,9 +3,9 @@
 Appenders put requests in the writer's :class:`~sessionwarden.store.inbox.Inbox` and wait
 for their acknowledgement. The writer takes a group (as many requests as there were
 concurrent appenders last time, or what came within a short window), commits it in one
-``BEGIN IMMEDIATE`` transaction with
-``synchronous=FULL`` and only then acknowledges each request: one fsync is shared by the
-whole group, which is where the throughput over one-transaction-per-event comes from.
+``BEGIN IMMEDIATE`` transaction with ``synchronous=FULL`` and only then acknowledges each
+request: one fsync is shared by the whole group, which is where the throughput over
+one-transaction-per-event comes from.
 
 Every request of a group is first *planned* against the log and the requests before it
 (``sessionwarden.store.planning``): conflicts are found there, before anything is
