@@ -56,7 +56,7 @@ __all__ = ["AppendRequest", "GroupCommitWriter", "utc_now"]
 # normally ends early, at the put that completes the group; the bound only matters when
 # concurrency drops, and then costs one late group before ``expected`` adapts.
 _WINDOW_PER_S = 0.00005
-_WINDOW_MIN_S = 0.0005
+_WINDOW_MIN_S = 0.0003
 _WINDOW_MAX_S = 0.004
 
 
@@ -142,11 +142,13 @@ class GroupCommitWriter:
             # for the k that are about to resubmit instead of paying a whole fsync for the
             # first one alone; the put that completes the group wakes us early. A lone
             # appender (k = 1) never waits.
+            short = False
             if len(group) < expected:
                 window = min(max(expected * _WINDOW_PER_S, _WINDOW_MIN_S), _WINDOW_MAX_S)
                 group += inbox.take(
                     expected - len(group), self._max_group - len(group), window
                 )
+                short = len(group) < expected
             stopping = _STOP in group
             requests = [item for item in group if isinstance(item, AppendRequest)]
             if requests:
@@ -156,7 +158,11 @@ class GroupCommitWriter:
             # only the group let a group split once by a late appender stay split (k/2 +
             # k/2, one more fsync per round); counting after the acks would also count
             # appenders of this group that had already resubmitted.
-            expected = max(len(requests) + self._waiting, 1)
+            # A wait that ran out means the estimate was wrong (concurrency fell, or the
+            # appenders come in uneven bursts, like the daemon's two or three actors per
+            # call): the next group does not wait at all, so a lone request never pays
+            # the window twice in a row.
+            expected = 1 if short else max(len(requests) + self._waiting, 1)
             # Drop the group before sleeping: its requests hold their callers' callbacks
             # (and, from asyncio, futures and so whole event loops).
             group, requests = [], []
