@@ -138,10 +138,7 @@ class EventLog:
         The callback runs in the writer thread and must be quick (e.g. hand the result to
         an event loop with ``call_soon_threadsafe``).
         """
-        if self._writer is None:
-            raise StoreProgrammingError("this event log was opened read-only")
-        _validate(appends, tracking)
-        return self._writer.submit(appends, tracking, callback)
+        return self._checked_writer(appends, tracking).submit(appends, tracking, callback)
 
     async def append_async(
         self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
@@ -157,10 +154,17 @@ class EventLog:
 
         Cancelling the awaiting task does not cancel the append: it may still commit.
         """
+        writer = self._checked_writer(appends, tracking)
+        return await append_batch_async(writer, appends, tracking)
+
+    def _checked_writer(
+        self, appends: Sequence[StreamAppend], tracking: Tracking | None
+    ) -> GroupCommitWriter:
+        """The writer, once the request is known valid (in the caller's thread)."""
         if self._writer is None:
             raise StoreProgrammingError("this event log was opened read-only")
         _validate(appends, tracking)
-        return await append_batch_async(self._writer, appends, tracking)
+        return self._writer
 
     def add_commit_listener(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(events)`` from the writer thread after every commit that wrote.
