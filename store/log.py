@@ -29,7 +29,13 @@ from sessionwarden.store.records import (
     Tracking,
 )
 from sessionwarden.store.retry import retry_busy
-from sessionwarden.store.schema import EVENT_COLUMNS, connect, ensure_schema, translate
+from sessionwarden.store.schema import (
+    EVENT_COLUMNS,
+    connect,
+    ensure_schema,
+    presize_wal,
+    translate,
+)
 from sessionwarden.store.writer import AppendRequest, GroupCommitWriter, utc_now
 
 __all__ = ["EventLog"]
@@ -78,6 +84,8 @@ class EventLog:
         try:
             retry_busy(lambda: ensure_schema(conn, self.path), budget_s=busy_budget_s)
             retry_busy(lambda: self._create_views(conn), budget_s=busy_budget_s)
+            if autocheckpoint:  # without it the WAL never restarts: nothing to presize
+                retry_busy(lambda: presize_wal(conn), budget_s=busy_budget_s)
         except BaseException:
             conn.close()
             raise

@@ -23,6 +23,7 @@ __all__ = [
     "connect",
     "default_db_path",
     "ensure_schema",
+    "presize_wal",
     "query_int",
     "translate",
 ]
@@ -117,6 +118,10 @@ def translate(exc: apsw.Error, path: Path) -> StoreError:
     return StoreUnavailable(f"{path}: {exc}")
 
 
+#: The most WAL pages :func:`presize_wal` writes (16 MiB at 4 KiB pages).
+_PRESIZE_MAX_PAGES = 4096
+
+
 def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
     """Open a connection with the log's pragmas; create the file (0600) if writable.
 
@@ -154,6 +159,35 @@ def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
     except apsw.Error as exc:
         raise translate(exc, path) from None
     return conn
+
+
+def presize_wal(conn: apsw.Connection) -> None:
+    """Grow the WAL file to its working size now, writing nothing to the log.
+
+    Until the WAL first restarts, every commit appends to the file, and the fsync of a
+    file that grew must also journal its new size and blocks: such a commit cost about
+    twice one that overwrites blocks the file already has (300 vs 150 µs here). A
+    transaction that spills one checkpoint interval's worth of pages and rolls back
+    leaves the file at that size and the log untouched, so commits overwrite from the
+    first one on. Costs about 5 ms, once per open.
+    """
+    pages = min(max(query_int(conn, "PRAGMA wal_autocheckpoint"), 0), _PRESIZE_MAX_PAGES)
+    if not pages:
+        return
+    cache = query_int(conn, "PRAGMA cache_size")
+    page_size = query_int(conn, "PRAGMA page_size")
+    # A tiny page cache makes SQLite spill the dirty pages to the WAL before the commit
+    # that never comes.
+    conn.execute("PRAGMA cache_size = 16")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE sw_presize (b BLOB)")
+            conn.execute("INSERT INTO sw_presize VALUES (zeroblob(?))", (pages * page_size,))
+        finally:
+            conn.execute("ROLLBACK")
+    finally:
+        conn.execute(f"PRAGMA cache_size = {cache}")
 
 
 def query_int(
