@@ -137,24 +137,18 @@ class GroupCommitWriter:
         inbox = self._inbox
         expected = 1
         while True:
+            group = inbox.take(1, self._max_group)
             # Group-commit window: when the last commit showed k concurrent appenders, wait
             # for the k that are about to resubmit instead of paying a whole fsync for the
-            # first one alone. Only the put that completes the group wakes us: waking at
-            # the first put as well cost a second futex wake-up and GIL hand-off per group,
-            # fought over by the appenders still resubmitting. The window runs from here
-            # (right after the acknowledgements), not from the first arrival. A lone
-            # appender (k = 1) never waits, and a window that sees nothing at all means
-            # the appenders went quiet: sleep until the next put, however long.
+            # first one alone; the put that completes the group wakes us early. A lone
+            # appender (k = 1) never waits.
             short = False
-            if expected > 1:
+            if len(group) < expected:
                 window = min(max(expected * _WINDOW_PER_S, _WINDOW_MIN_S), _WINDOW_MAX_S)
-                group = inbox.take(expected, self._max_group, window)
-                if not group:
-                    expected = 1
-                    continue
+                group += inbox.take(
+                    expected - len(group), self._max_group - len(group), window
+                )
                 short = len(group) < expected
-            else:
-                group = inbox.take(1, self._max_group)
             stopping = _STOP in group
             requests = [item for item in group if isinstance(item, AppendRequest)]
             if requests:
