@@ -1,0 +1,255 @@
+"""What any Python implementation of our group commit can reach here, next to ours.
+
+Run ``.venv/bin/python bench/ceiling.py [--rounds N] [--tasks N]``. The question it answers:
+is the gap between ``EventLog`` and the issue's target (8 appenders ≥ 3× raw apsw) in our
+code, or in the design on this machine? Each round runs, on fresh files:
+
+a     raw apsw, one transaction per event (``store.py`` mode a, the target's baseline)
+bare  the design stripped to its bones: N asyncio tasks on one uvloop, each putting one
+      event in a list and awaiting a future; a writer thread commits whatever is queued
+      with one multi-row INSERT into the baseline's table and hands the group back with
+      one ``call_soon_threadsafe``. No hash chain, no view, no checks.
+lean  as bare, with what the log must do for each event, written inline: the log's own
+      schema, stream numbers, versions, the SHA-256 chain, the 11-column row, the
+      ``StreamsView`` upsert and its tracking row, in one transaction (no conflict
+      checks, no idempotency keys, no error handling).
+c2    ``EventLog.append_async`` from N tasks (``store.py`` mode c2)
+
+Medians and per-round ratios against a are printed; nothing asserts on time.
+"""
+
+import argparse
+import asyncio
+import hashlib
+import shutil
+import statistics
+import struct
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import apsw
+from sessionwarden.store import StreamsView
+from sessionwarden.store.hashing import DOMAIN, GENESIS
+from sessionwarden.store.schema import connect, ensure_schema, presize_wal
+
+import store as bench
+
+Item = tuple["asyncio.Future[None]", str, str, int, bytes]  # future, stream, type, sv, data
+_INTS, _LEN = struct.Struct(">qqq"), struct.Struct(">I")
+
+
+def field(value: bytes) -> bytes:
+    return _LEN.pack(len(value)) + value
+
+
+def run_group_commit(tasks: int, commit: Callable[[list[Item]], None]) -> float:
+    """N tasks append one event each and wait; a writer thread commits groups of them."""
+    streams = [str(uuid.uuid4()) for _ in range(bench.STREAMS)]
+    lock, wake = threading.Lock(), threading.Lock()
+    wake.acquire()
+    queued: list[Item] = []
+    want = [0]  # how many queued items wake the writer; 0 while it is not waiting
+    done = [False]
+    loop_box: list[asyncio.AbstractEventLoop] = []
+
+    def writer() -> None:
+        while True:
+            with lock:
+                waiting = len(queued) < tasks and not done[0]
+                if waiting:
+                    want[0] = tasks
+            if waiting:
+                wake.acquire(timeout=0.004)
+            with lock:
+                group = queued[:]
+                queued.clear()
+                want[0] = 0
+            if not group:
+                if done[0]:
+                    return
+                continue
+            commit(group)
+
+            def resolve(group: list[Item] = group) -> None:
+                for item in group:
+                    item[0].set_result(None)
+
+            loop_box[0].call_soon_threadsafe(resolve)
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        loop_box.append(loop)
+        thread = threading.Thread(target=writer)
+        thread.start()
+
+        async def appender(t: int) -> None:
+            for i in range(t, bench.APPEND_EVENTS, tasks):
+                stream = streams[i % bench.STREAMS]
+                event = bench.session_event(i, stream)
+                future = loop.create_future()
+                with lock:
+                    queued.append((future, stream, event.type, event.schema_version, event.data))
+                    if want[0] and len(queued) >= want[0]:
+                        want[0] = 0
+                        wake.release()
+                await future
+
+        started = time.perf_counter()
+        await asyncio.gather(*(appender(t) for t in range(tasks)))
+        elapsed = time.perf_counter() - started
+        with lock:
+            done[0] = True
+            if want[0]:
+                want[0] = 0
+                wake.release()
+        thread.join()
+        return bench.APPEND_EVENTS / elapsed
+
+    return bench.daemon_loop_run(main())
+
+
+def mode_bare(workdir: Path, tasks: int) -> dict[str, float]:
+    conn = apsw.Connection(str(workdir / "bare.db"))
+    conn.execute("PRAGMA journal_mode = WAL").fetchall()
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute(
+        "CREATE TABLE events (position INTEGER PRIMARY KEY, stream_id TEXT, version INT,"
+        " type TEXT, ts REAL, payload BLOB, UNIQUE (stream_id, version))"
+    )
+    versions: dict[str, int] = {}
+
+    def commit(group: list[Item]) -> None:
+        params: list[object] = []
+        for _, stream, type_, _, data in group:
+            versions[stream] = version = versions.get(stream, 0) + 1
+            params += (stream, version, type_, time.time(), data)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO events (stream_id, version, type, ts, payload) VALUES "
+            + ",".join(["(?, ?, ?, ?, ?)"] * len(group)),
+            params,
+        )
+        conn.execute("COMMIT")
+
+    try:
+        return {"rate": run_group_commit(tasks, commit)}
+    finally:
+        conn.close()
+
+
+def mode_lean(workdir: Path, tasks: int) -> dict[str, float]:
+    path = workdir / "lean.db"
+    conn = connect(path)
+    ensure_schema(conn, path)
+    StreamsView().create(conn)
+    presize_wal(conn)
+    heads: dict[str, tuple[int, int, bytes]] = {}  # stream -> (no, version, length-prefixed name)
+
+    def commit(group: list[Item]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        seq, prev = (row[0], row[1]) if row else (0, GENESIS)
+        now = datetime.now(UTC).isoformat(timespec="microseconds")
+        at = field(now.encode())
+        next_no: int | None = None
+        events: list[object] = []
+        streams: list[object] = []
+        view: dict[str, list[object]] = {}
+        for _, stream, type_, schema_version, data in group:
+            head = heads.get(stream)
+            if head is None:
+                if next_no is None:
+                    next_no = conn.execute(
+                        "SELECT coalesce(max(no), 0) + 1 FROM streams").fetchone()[0]
+                head = (next_no, 0, field(stream.encode()))
+                streams += (next_no, stream)
+                next_no += 1
+            number, version, name = head[0], head[1] + 1, head[2]
+            heads[stream] = (number, version, name)
+            seq += 1
+            digest = hashlib.sha256(b"".join((
+                DOMAIN, prev, _INTS.pack(seq, version, schema_version), name,
+                field(type_.encode()), at, b"\x00", field(data),
+            ))).digest()
+            events += (seq, stream, version, type_, schema_version, now, None, data, prev,
+                       digest, number)
+            prev = digest
+            entry = view.get(stream)
+            if entry is None:
+                view[stream] = [stream, version, 1, seq, seq, now, now]
+            else:
+                entry[1], entry[4], entry[6] = version, seq, now
+                entry[2] += 1  # type: ignore[operator]
+        if streams:
+            conn.execute("INSERT INTO streams VALUES " + ",".join(["(?, ?)"] * (len(streams) // 2)),
+                         streams)
+        conn.execute("INSERT INTO events VALUES " + ",".join(
+            ["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(group)), events)
+        conn.execute(
+            "INSERT INTO view_streams (stream, version, events, first_seq, last_seq,"
+            " first_recorded_at, last_recorded_at) VALUES "
+            + ",".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(view))
+            + " ON CONFLICT (stream) DO UPDATE SET version = excluded.version,"
+            " events = events + excluded.events, last_seq = excluded.last_seq,"
+            " last_recorded_at = excluded.last_recorded_at",
+            [value for entry in view.values() for value in entry],
+        )
+        conn.execute(
+            "INSERT INTO tracking VALUES ('view:streams', ?)"
+            " ON CONFLICT (name) DO UPDATE SET position = excluded.position", (seq,))
+        conn.execute("COMMIT")
+
+    try:
+        return {"rate": run_group_commit(tasks, commit)}
+    finally:
+        conn.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tasks", type=int, default=8, help="concurrent appenders (default 8)")
+    args = parser.parse_args()
+    tasks = args.tasks
+    modes: dict[str, Callable[[Path], dict[str, float]]] = {
+        "a raw apsw 1 txn/event FULL": bench.mode_raw,
+        f"bare group commit, {tasks} tasks": lambda d: mode_bare(d, tasks),
+        f"lean the log's work inline, {tasks} tasks": lambda d: mode_lean(d, tasks),
+        f"c2 EventLog.append_async, {tasks} tasks": lambda d: bench.mode_asyncio(d, tasks),
+    }
+    print(f"python {sys.version.split()[0]}, SQLite {apsw.sqlite_lib_version()} (apsw), "
+          f"{args.rounds} rounds, {bench.APPEND_EVENTS:,} events over {bench.STREAMS:,} streams\n")
+    bench.RESULTS.mkdir(exist_ok=True)
+    results: dict[str, list[float]] = {name: [] for name in modes}
+    for r in range(args.rounds):
+        for name, fn in modes.items():
+            workdir = Path(tempfile.mkdtemp(prefix="ceiling-", dir=bench.RESULTS))
+            try:
+                results[name].append(fn(workdir)["rate"])
+            finally:
+                shutil.rmtree(workdir)
+        print(f"  round {r + 1}: " + ", ".join(
+            f"{n.split()[0]} {results[n][-1]:,.0f}/s" for n in modes), file=sys.stderr)
+    rows = [[name, bench.fmt(statistics.median(rates)),
+             f"{bench.fmt(min(rates))} - {bench.fmt(max(rates))}"]
+            for name, rates in results.items()]
+    print("Appends, events/s")
+    bench.table(["mode", "median", "min - max"], rows)
+    raw = results[next(iter(modes))]
+    ratio_rows = []
+    for name in list(modes)[1:]:
+        per_round = [x / y for x, y in zip(results[name], raw, strict=True)]
+        ratio_rows.append([f"{name.split()[0]}/a", f"{statistics.median(per_round):.2f}",
+                           " ".join(f"{x:.2f}" for x in per_round)])
+    print("Per-round ratios against a")
+    bench.table(["ratio", "median", "rounds"], ratio_rows)
+
+
+if __name__ == "__main__":
+    main()
