@@ -133,7 +133,8 @@ class EventLog:
         timeout: float | None = None,
     ) -> list[AppendResult]:
         """Append to several streams (and record ``tracking``) in one atomic commit."""
-        return self.submit(appends, tracking).wait(timeout)
+        writer = self._checked_writer(appends, tracking)
+        return writer.submit(appends, tracking, will_wait=True).wait(timeout)
 
     def submit(
         self,

@@ -45,11 +45,11 @@ from sessionwarden.store.records import (
     StreamAppend,
     Tracking,
 )
-from sessionwarden.store.request import AppendRequest
+from sessionwarden.store.request import AppendRequest, Relay
 from sessionwarden.store.retry import retry_busy
 from sessionwarden.store.schema import EVENT_COLUMNS, query_int, translate
 
-__all__ = ["AppendRequest", "GroupCommitWriter", "utc_now"]
+__all__ = ["RELAY_MIN", "AppendRequest", "GroupCommitWriter", "utc_now"]
 
 # How long the writer waits for the rest of a group: 50 us per expected appender (about
 # what one needs to wake, take the GIL and resubmit), within these bounds. The wait
@@ -64,6 +64,11 @@ def utc_now() -> datetime:
     """The current time in UTC (the default clock)."""
     return datetime.now(UTC)
 
+
+#: Blocking waiters in a group from which the writer wakes only the first and lets each
+#: wake the next (``sessionwarden.store.request.Relay``). Below it, waking each directly
+#: is faster: 8 threads measured 0.95x relayed, 64 threads 1.2-1.3x.
+RELAY_MIN = 16
 
 _STOP = object()
 
@@ -96,6 +101,9 @@ class GroupCommitWriter:
         self._closed = False
         self._listeners: list[Callable[[int], None]] = []
         self._group_hooks: list[Callable[[], None]] = []
+        self._relay = Relay()
+        #: Groups whose waiters were woken by relay (diagnostics and tests).
+        self.relayed_groups = 0
         self._thread = threading.Thread(target=self._run, name="sw-store-writer", daemon=True)
         self._thread.start()
 
@@ -104,9 +112,17 @@ class GroupCommitWriter:
         appends: Sequence[StreamAppend],
         tracking: Tracking | None = None,
         callback: Callable[[AppendRequest], None] | None = None,
+        *,
+        will_wait: bool = False,
     ) -> AppendRequest:
-        """Queue an atomic append; returns at once with the pending request."""
-        request = AppendRequest(appends, tracking, callback)
+        """Queue an atomic append; returns at once with the pending request.
+
+        ``will_wait`` promises that the caller will :meth:`~AppendRequest.wait` for it,
+        which lets the writer leave its wake-up to the waiter before it (see
+        ``sessionwarden.store.request``).
+        """
+        relay = self._relay if will_wait and callback is None else None
+        request = AppendRequest(appends, tracking, callback, relay)
         if self._closed or not self._inbox.put(request):
             request.finish(None, StoreClosed("the event log is closed"))
         return request
@@ -204,8 +220,13 @@ class GroupCommitWriter:
         except Exception as exc:  # a bug must fail the appends, never kill the writer
             outcomes = [(None, _bug(exc))] * len(group)
         self._waiting = len(self._inbox)  # see _run: how many arrived during the write
+        relayed = [r for r in group if r.relay is not None]
+        relay = len(relayed) >= RELAY_MIN
         for request, (results, error) in zip(group, outcomes, strict=True):
-            request.finish(results, error)
+            request.finish(results, error, wake=not (relay and request.relay is not None))
+        if relay:
+            self.relayed_groups += 1
+            self._relay.start(relayed)
         if self._group_hooks:
             self._run_group_hooks()
         written = self._last_written

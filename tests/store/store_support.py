@@ -1,7 +1,11 @@
-"""Helpers shared by the store's tests: events to append and the writer thread's name."""
+"""Helpers shared by the store's tests: events, the writer thread's name, a held write lock."""
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+import apsw
 from sessionwarden.events import CODEC, SessionStarted
 from sessionwarden.store import NewEvent
 
@@ -22,3 +26,19 @@ def session_ev(n: int = 0) -> NewEvent:
 def writer_threads() -> list[threading.Thread]:
     """The store writer threads alive now (a closed log must leave none behind)."""
     return [t for t in threading.enumerate() if t.name == WRITER_THREAD]
+
+
+@contextmanager
+def write_lock(db: Path) -> Iterator[apsw.Connection]:
+    """Hold the database's write lock from another connection (as another process would).
+
+    The log's writer cannot commit until the block exits (or the caller commits).
+    """
+    conn = apsw.Connection(str(db))
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield conn
+        if not conn.getautocommit():
+            conn.execute("COMMIT")
+    finally:
+        conn.close()

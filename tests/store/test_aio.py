@@ -8,11 +8,8 @@ import asyncio
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import apsw
 import pytest
 from sessionwarden.store import (
     NO_STREAM,
@@ -28,7 +25,7 @@ from sessionwarden.store.errors import (
     WrongExpectedVersion,
 )
 
-from tests.store.store_support import ev
+from tests.store.store_support import ev, write_lock
 
 WAIT_S = 30.0
 
@@ -36,22 +33,6 @@ WAIT_S = 30.0
 
 
 
-
-
-@contextmanager
-def write_lock(db: Path) -> Iterator[apsw.Connection]:
-    """Hold the database's write lock from another connection (as another process would).
-
-    The log's writer cannot commit until the block exits (or the caller commits).
-    """
-    conn = apsw.Connection(str(db))
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        yield conn
-        if not conn.getautocommit():
-            conn.execute("COMMIT")
-    finally:
-        conn.close()
 
 
 def check_results(log: EventLog, results: list[AppendResult]) -> None:
