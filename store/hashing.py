@@ -1,8 +1,9 @@
 """The hash chain: each event's hash covers the previous hash and its exact stored bytes.
 
-``hash_k = SHA-256(DOMAIN ‖ prev_hash ‖ seq ‖ stream ‖ version ‖ type ‖ schema_version ‖
-recorded_at ‖ idempotency_key ‖ data)``, every variable-length field length-prefixed so no
-two different rows can encode to the same bytes. The domain tag keeps these hashes from
+``hash_k = SHA-256(DOMAIN ‖ prev_hash ‖ seq ‖ version ‖ schema_version ‖ stream ‖ type ‖
+recorded_at ‖ idempotency_key ‖ data)``, integers as 8-byte big-endian, every
+variable-length field length-prefixed so no two different rows can encode to the same
+bytes. The domain tag keeps these hashes from
 ever colliding with hashes computed for another purpose. The chain starts from
 :data:`GENESIS`, 32 zero bytes.
 """
