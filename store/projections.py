@@ -15,8 +15,13 @@ from typing import Protocol, runtime_checkable
 
 import apsw
 from sessionwarden.store.records import RecordedEvent
+from sessionwarden.store.schema import EVENT_COLUMNS, query_int
 
-__all__ = ["Projection", "dump_table", "table_digest", "tracking_name"]
+__all__ = [
+    "Projection", "catch_up", "dump_table", "record_positions", "table_digest", "tracking_name",
+]
+
+_CATCH_UP_PAGE = 5000
 
 
 @runtime_checkable
@@ -44,6 +49,40 @@ class Projection(Protocol):
 def tracking_name(projection: Projection) -> str:
     """The name under which a projection's position is tracked."""
     return f"view:{projection.name}"
+
+
+def record_positions(conn: apsw.Connection, positions: Sequence[tuple[str, int]]) -> None:
+    """Store ``(name, position)`` pairs in ``tracking`` (inside the caller's transaction)."""
+    conn.executemany(
+        "INSERT INTO tracking VALUES (?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
+        positions,
+    )
+
+
+def catch_up(conn: apsw.Connection, projections: Sequence[Projection], head: int) -> None:
+    """Fold the events up to ``head`` into every projection that lags behind it.
+
+    Another process may have appended without running our projections; the writer calls
+    this inside its transaction, before it applies its own group.
+    """
+    for projection in projections:
+        name = tracking_name(projection)
+        position = query_int(conn, "SELECT position FROM tracking WHERE name = ?", (name,))
+        if position >= head:
+            continue
+        while position < head:
+            page = [
+                RecordedEvent(*r)
+                for r in conn.execute(
+                    f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ?"
+                    " ORDER BY seq LIMIT ?",
+                    (position, head, _CATCH_UP_PAGE),
+                )
+            ]
+            projection.apply(conn, page)
+            position = page[-1].seq
+        record_positions(conn, [(name, head)])
 
 
 def _columns(conn: apsw.Connection, table: str) -> list[str]:

@@ -38,7 +38,12 @@ from sessionwarden.store.errors import (
 from sessionwarden.store.hashing import GENESIS
 from sessionwarden.store.inbox import Inbox
 from sessionwarden.store.planning import GroupState, Plan, Planner
-from sessionwarden.store.projections import Projection, tracking_name
+from sessionwarden.store.projections import (
+    Projection,
+    catch_up,
+    record_positions,
+    tracking_name,
+)
 from sessionwarden.store.records import (
     AppendResult,
     RecordedEvent,
@@ -47,7 +52,7 @@ from sessionwarden.store.records import (
 )
 from sessionwarden.store.request import AppendRequest, Relay
 from sessionwarden.store.retry import retry_busy
-from sessionwarden.store.schema import EVENT_COLUMNS, query_int, translate
+from sessionwarden.store.schema import translate
 
 __all__ = ["RELAY_MIN", "AppendRequest", "GroupCommitWriter", "utc_now"]
 
@@ -259,7 +264,7 @@ class GroupCommitWriter:
                 # where a forgotten stream created earlier in the group would look new.
                 self._planner.forget()
             if seq != self._last_seq:
-                self._catch_up_views(seq)
+                catch_up(conn, self._projections, seq)
             now = self._clock().astimezone(UTC).isoformat(timespec="microseconds")
             group_state = GroupState()
             outcomes: list[_Outcome] = []
@@ -297,11 +302,7 @@ class GroupCommitWriter:
                 except Exception as exc:
                     raise _WriteFailed from exc
             if seq != start:
-                conn.executemany(
-                    "INSERT INTO tracking VALUES (?, ?) "
-                    "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
-                    [(tracking_name(p), seq) for p in self._projections],
-                )
+                record_positions(conn, [(tracking_name(p), seq) for p in self._projections])
             conn.execute("COMMIT")
         except BaseException:
             if not conn.getautocommit():
@@ -323,41 +324,11 @@ class GroupCommitWriter:
             insert_rows(conn, "INSERT INTO events", rows)
         tracking = [(p.tracking.name, p.tracking.position) for p in plans if p.tracking]
         if tracking:
-            conn.executemany(
-                "INSERT INTO tracking VALUES (?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
-                tracking,
-            )
+            record_positions(conn, tracking)
         if rows and self._projections:
             recorded = [RecordedEvent(*row[:10]) for row in rows]
             for projection in self._projections:
                 projection.apply(conn, recorded)
-
-    def _catch_up_views(self, head: int) -> None:
-        """Fold events appended by other processes into views that lag behind."""
-        for projection in self._projections:
-            position = query_int(
-                self._conn, "SELECT position FROM tracking WHERE name = ?",
-                (tracking_name(projection),),
-            )
-            if position >= head:
-                continue
-            while position < head:
-                page = [
-                    RecordedEvent(*r)
-                    for r in self._conn.execute(
-                        f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ?"
-                        " ORDER BY seq LIMIT 5000",
-                        (position, head),
-                    )
-                ]
-                projection.apply(self._conn, page)
-                position = page[-1].seq
-            self._conn.execute(
-                "INSERT INTO tracking VALUES (?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
-                (tracking_name(projection), head),
-            )
 
 
 _Outcome = tuple[list[AppendResult] | None, StoreError | None]
