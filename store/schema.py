@@ -169,13 +169,19 @@ def presize_wal(conn: apsw.Connection) -> None:
     twice one that overwrites blocks the file already has (300 vs 150 µs here). A
     transaction that spills one checkpoint interval's worth of pages and rolls back
     leaves the file at that size and the log untouched, so commits overwrite from the
-    first one on. Costs about 5 ms, once per open.
+    first one on. Costs about 5 ms, and nothing when the file already has that size (a
+    second writer, or a reopen while another connection keeps the WAL).
     """
     pages = min(max(query_int(conn, "PRAGMA wal_autocheckpoint"), 0), _PRESIZE_MAX_PAGES)
     if not pages:
         return
-    cache = query_int(conn, "PRAGMA cache_size")
     page_size = query_int(conn, "PRAGMA page_size")
+    try:
+        if os.stat(conn.filename_wal).st_size >= pages * page_size:
+            return
+    except FileNotFoundError:
+        pass
+    cache = query_int(conn, "PRAGMA cache_size")
     # A tiny page cache makes SQLite spill the dirty pages to the WAL before the commit
     # that never comes.
     conn.execute("PRAGMA cache_size = 16")

@@ -68,6 +68,14 @@ def test_a_second_writer_presizes_behind_committed_frames(db: Path) -> None:
     assert replay(db, [], verify=True).ok
 
 
+def test_a_wal_already_at_size_is_not_written_again(db: Path) -> None:
+    with EventLog(db):
+        before = wal(db).stat()
+        with EventLog(db):
+            after = wal(db).stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+
 def test_presize_restores_the_page_cache_size(db: Path) -> None:
     conn = apsw.Connection(str(db))
     try:
