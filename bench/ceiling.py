@@ -1,8 +1,9 @@
 """What any Python implementation of our group commit can reach here, next to ours.
 
-Run ``.venv/bin/python bench/ceiling.py [--rounds N] [--tasks N]``. The question it answers:
-is the gap between ``EventLog`` and the issue's target (8 appenders ≥ 3× raw apsw) in our
-code, or in the design on this machine? Each round runs, on fresh files:
+Run ``.venv/bin/python bench/ceiling.py [--rounds N] [--tasks N] [--threads]``. The
+question it answers: is the gap between ``EventLog`` and the issue's targets (8 appenders
+≥ 3× raw apsw, 64 appenders ≥ 5×) in our code, or in the design on this machine? Each
+round runs, on fresh files:
 
 a     raw apsw, one transaction per event (``store.py`` mode a, the target's baseline)
 bare  the design stripped to its bones: N asyncio tasks on one uvloop, each putting one
@@ -15,12 +16,17 @@ lean  as bare, with what the log must do for each event, written inline: the log
       checks, no idempotency keys, no error handling).
 c2    ``EventLog.append_async`` from N tasks (``store.py`` mode c2)
 
+With ``--threads`` the appenders are N threads, each blocking on a lock until its group
+is committed (bare-t, lean-t; from ``RELAY_MIN`` waiters on, each woken thread wakes the
+next, as in ``EventLog``), and the last mode is ``EventLog.append`` (``store.py`` mode c).
+
 Medians and per-round ratios against a are printed; nothing asserts on time.
 """
 
 import argparse
 import asyncio
 import hashlib
+import itertools
 import shutil
 import statistics
 import struct
@@ -32,15 +38,19 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import apsw
 from sessionwarden.store import StreamsView
 from sessionwarden.store.hashing import DOMAIN, GENESIS
 from sessionwarden.store.schema import connect, ensure_schema, presize_wal
+from sessionwarden.store.writer import RELAY_MIN
 
 import store as bench
 
-Item = tuple["asyncio.Future[None]", str, str, int, bytes]  # future, stream, type, sv, data
+# (future or lock the appender waits on, stream, type, schema version, data)
+Item = tuple[object, str, str, int, bytes]
+Runner = Callable[[int, Callable[[list[Item]], None]], float]
 _INTS, _LEN = struct.Struct(">qqq"), struct.Struct(">I")
 
 
@@ -48,73 +58,136 @@ def field(value: bytes) -> bytes:
     return _LEN.pack(len(value)) + value
 
 
-def run_group_commit(tasks: int, commit: Callable[[list[Item]], None]) -> float:
-    """N tasks append one event each and wait; a writer thread commits groups of them."""
-    streams = [str(uuid.uuid4()) for _ in range(bench.STREAMS)]
-    lock, wake = threading.Lock(), threading.Lock()
-    wake.acquire()
-    queued: list[Item] = []
-    want = [0]  # how many queued items wake the writer; 0 while it is not waiting
-    done = [False]
-    loop_box: list[asyncio.AbstractEventLoop] = []
+class Collector:
+    """The shared half of bare and lean: a list, a lock, and a writer thread committing groups.
 
-    def writer() -> None:
+    The writer waits until all N appenders have queued (it knows N, which the real log must
+    guess) and then commits whatever is queued; ``deliver`` hands the group back.
+    """
+
+    def __init__(self, appenders: int, commit: Callable[[list[Item]], None],
+                 deliver: Callable[[list[Item]], None]) -> None:
+        self.appenders, self.commit, self.deliver = appenders, commit, deliver
+        self.lock, self.wake = threading.Lock(), threading.Lock()
+        self.wake.acquire()
+        self.queued: list[Item] = []
+        self.want = 0  # how many queued items wake the writer; 0 while it is not waiting
+        self.done = False
+        self.thread = threading.Thread(target=self.run)
+
+    def put(self, item: Item) -> None:
+        with self.lock:
+            self.queued.append(item)
+            if self.want and len(self.queued) >= self.want:
+                self.want = 0
+                self.wake.release()
+
+    def run(self) -> None:
         while True:
-            with lock:
-                waiting = len(queued) < tasks and not done[0]
+            with self.lock:
+                waiting = len(self.queued) < self.appenders and not self.done
                 if waiting:
-                    want[0] = tasks
+                    self.want = self.appenders
             if waiting:
-                wake.acquire(timeout=0.004)
-            with lock:
-                group = queued[:]
-                queued.clear()
-                want[0] = 0
+                self.wake.acquire(timeout=0.004)
+            with self.lock:
+                group = self.queued[:]
+                self.queued.clear()
+                self.want = 0
             if not group:
-                if done[0]:
+                if self.done:
                     return
                 continue
-            commit(group)
+            self.commit(group)
+            self.deliver(group)
 
-            def resolve(group: list[Item] = group) -> None:
-                for item in group:
-                    item[0].set_result(None)
+    def stop(self) -> None:
+        with self.lock:
+            self.done = True
+            if self.want:
+                self.want = 0
+                self.wake.release()
+        self.thread.join()
 
-            loop_box[0].call_soon_threadsafe(resolve)
+
+def run_group_commit(tasks: int, commit: Callable[[list[Item]], None]) -> float:
+    """N asyncio tasks append one event each and wait; a writer thread commits groups."""
+    streams = [str(uuid.uuid4()) for _ in range(bench.STREAMS)]
 
     async def main() -> float:
         loop = asyncio.get_running_loop()
-        loop_box.append(loop)
-        thread = threading.Thread(target=writer)
-        thread.start()
+
+        def resolve(group: list[Item]) -> None:
+            for item in group:
+                cast("asyncio.Future[None]", item[0]).set_result(None)
+
+        collector = Collector(tasks, commit,
+                              lambda group: loop.call_soon_threadsafe(resolve, group))
+        collector.thread.start()
 
         async def appender(t: int) -> None:
             for i in range(t, bench.APPEND_EVENTS, tasks):
                 stream = streams[i % bench.STREAMS]
                 event = bench.session_event(i, stream)
                 future = loop.create_future()
-                with lock:
-                    queued.append((future, stream, event.type, event.schema_version, event.data))
-                    if want[0] and len(queued) >= want[0]:
-                        want[0] = 0
-                        wake.release()
+                collector.put((future, stream, event.type, event.schema_version, event.data))
                 await future
 
         started = time.perf_counter()
         await asyncio.gather(*(appender(t) for t in range(tasks)))
         elapsed = time.perf_counter() - started
-        with lock:
-            done[0] = True
-            if want[0]:
-                want[0] = 0
-                wake.release()
-        thread.join()
+        collector.stop()
         return bench.APPEND_EVENTS / elapsed
 
     return bench.daemon_loop_run(main())
 
 
-def mode_bare(workdir: Path, tasks: int) -> dict[str, float]:
+def run_group_commit_threads(threads: int, commit: Callable[[list[Item]], None]) -> float:
+    """N threads append one event each and block on a lock until its group committed.
+
+    From ``RELAY_MIN`` waiters on, the writer wakes only the first and each woken thread
+    wakes the next, as ``EventLog`` does; below it, the writer wakes each.
+    """
+    streams = [str(uuid.uuid4()) for _ in range(bench.STREAMS)]
+
+    def deliver(group: list[Item]) -> None:
+        locks = [cast(threading.Lock, item[0]) for item in group]
+        if len(locks) < RELAY_MIN:
+            for done in locks:
+                done.release()
+            return
+        for before, after in itertools.pairwise(group):
+            relay_next[id(before[0])] = cast(threading.Lock, after[0])
+        locks[0].release()
+
+    relay_next: dict[int, threading.Lock] = {}
+    collector = Collector(threads, commit, deliver)
+
+    def appender(t: int) -> None:
+        for i in range(t, bench.APPEND_EVENTS, threads):
+            stream = streams[i % bench.STREAMS]
+            event = bench.session_event(i, stream)
+            done = threading.Lock()
+            done.acquire()
+            collector.put((done, stream, event.type, event.schema_version, event.data))
+            done.acquire()
+            after = relay_next.pop(id(done), None)
+            if after is not None:
+                after.release()
+
+    workers = [threading.Thread(target=appender, args=(t,)) for t in range(threads)]
+    collector.thread.start()
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - started
+    collector.stop()
+    return bench.APPEND_EVENTS / elapsed
+
+
+def mode_bare(workdir: Path, tasks: int, runner: Runner = run_group_commit) -> dict[str, float]:
     conn = apsw.Connection(str(workdir / "bare.db"))
     conn.execute("PRAGMA journal_mode = WAL").fetchall()
     conn.execute("PRAGMA synchronous = FULL")
@@ -138,12 +211,12 @@ def mode_bare(workdir: Path, tasks: int) -> dict[str, float]:
         conn.execute("COMMIT")
 
     try:
-        return {"rate": run_group_commit(tasks, commit)}
+        return {"rate": runner(tasks, commit)}
     finally:
         conn.close()
 
 
-def mode_lean(workdir: Path, tasks: int) -> dict[str, float]:
+def mode_lean(workdir: Path, tasks: int, runner: Runner = run_group_commit) -> dict[str, float]:
     path = workdir / "lean.db"
     conn = connect(path)
     ensure_schema(conn, path)
@@ -206,7 +279,7 @@ def mode_lean(workdir: Path, tasks: int) -> dict[str, float]:
         conn.execute("COMMIT")
 
     try:
-        return {"rate": run_group_commit(tasks, commit)}
+        return {"rate": runner(tasks, commit)}
     finally:
         conn.close()
 
@@ -215,14 +288,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tasks", type=int, default=8, help="concurrent appenders (default 8)")
+    parser.add_argument("--threads", action="store_true",
+                        help="the appenders are threads blocking on their ack (EventLog: mode c)")
     args = parser.parse_args()
     tasks = args.tasks
-    modes: dict[str, Callable[[Path], dict[str, float]]] = {
-        "a raw apsw 1 txn/event FULL": bench.mode_raw,
-        f"bare group commit, {tasks} tasks": lambda d: mode_bare(d, tasks),
-        f"lean the log's work inline, {tasks} tasks": lambda d: mode_lean(d, tasks),
-        f"c2 EventLog.append_async, {tasks} tasks": lambda d: bench.mode_asyncio(d, tasks),
-    }
+    modes: dict[str, Callable[[Path], dict[str, float]]]
+    if args.threads:
+        modes = {
+            "a raw apsw 1 txn/event FULL": bench.mode_raw,
+            f"bare-t group commit, {tasks} threads":
+                lambda d: mode_bare(d, tasks, run_group_commit_threads),
+            f"lean-t the log's work inline, {tasks} threads":
+                lambda d: mode_lean(d, tasks, run_group_commit_threads),
+            f"c EventLog.append, {tasks} threads": lambda d: bench.mode_eventlog(d, tasks),
+        }
+    else:
+        modes = {
+            "a raw apsw 1 txn/event FULL": bench.mode_raw,
+            f"bare group commit, {tasks} tasks": lambda d: mode_bare(d, tasks),
+            f"lean the log's work inline, {tasks} tasks": lambda d: mode_lean(d, tasks),
+            f"c2 EventLog.append_async, {tasks} tasks": lambda d: bench.mode_asyncio(d, tasks),
+        }
     print(f"python {sys.version.split()[0]}, SQLite {apsw.sqlite_lib_version()} (apsw), "
           f"{args.rounds} rounds, {bench.APPEND_EVENTS:,} events over {bench.STREAMS:,} streams\n")
     bench.RESULTS.mkdir(exist_ok=True)

@@ -1,0 +1,37 @@
+"""The benchmark scripts still run: one short round of each, in a subprocess.
+
+Nothing here looks at a figure (benchmarks never assert on time); the tests only keep
+``bench/`` from rotting unseen between the runs that record figures in the issue notes.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def run_script(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, *args], cwd=BENCH.parent, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    return done.stdout
+
+
+def test_store_appends_print_rates_and_ratios() -> None:
+    out = run_script(str(BENCH / "store.py"), "--quick", "--skip-large", "--rounds", "1",
+                     "--modes", "a,c,c2")
+    assert "a raw apsw 1 txn/event FULL" in out
+    assert "c/a" in out and "c2/a asyncio" in out
+
+
+@pytest.mark.parametrize("shape", [[], ["--threads"]], ids=["tasks", "threads"])
+def test_ceiling_prints_every_mode_against_a(shape: list[str]) -> None:
+    out = run_script(str(BENCH / "ceiling.py"), "--rounds", "1", "--tasks", "4", *shape)
+    suffix = "-t" if shape else ""
+    for ratio in (f"bare{suffix}/a", f"lean{suffix}/a", "c/a" if shape else "c2/a"):
+        assert ratio in out
