@@ -5,7 +5,9 @@ question it answers: is the gap between ``EventLog`` and the issue's targets (8 
 ≥ 3× raw apsw, 64 appenders ≥ 5×) in our code, or in the design on this machine? Each
 round runs, on fresh files:
 
-a     raw apsw, one transaction per event (``store.py`` mode a, the target's baseline)
+a     raw apsw, one transaction per event (``store.py`` mode a, the targets' baseline)
+b     eventsourcing, one event per save (``store.py`` mode b, the 64-appender target's
+      second baseline)
 bare  the design stripped to its bones: N asyncio tasks on one uvloop, each putting one
       event in a list and awaiting a future; a writer thread commits whatever is queued
       with one multi-row INSERT into the baseline's table and hands the group back with
@@ -20,7 +22,7 @@ With ``--threads`` the appenders are N threads, each blocking on a lock until it
 is committed (bare-t, lean-t; from ``RELAY_MIN`` waiters on, each woken thread wakes the
 next, as in ``EventLog``), and the last mode is ``EventLog.append`` (``store.py`` mode c).
 
-Medians and per-round ratios against a are printed; nothing asserts on time.
+Medians and per-round ratios against a and b are printed; nothing asserts on time.
 """
 
 import argparse
@@ -296,6 +298,7 @@ def main() -> None:
     if args.threads:
         modes = {
             "a raw apsw 1 txn/event FULL": bench.mode_raw,
+            "b eventsourcing 1 event/save": bench.mode_eventsourcing,
             f"bare-t group commit, {tasks} threads":
                 lambda d: mode_bare(d, tasks, run_group_commit_threads),
             f"lean-t the log's work inline, {tasks} threads":
@@ -305,6 +308,7 @@ def main() -> None:
     else:
         modes = {
             "a raw apsw 1 txn/event FULL": bench.mode_raw,
+            "b eventsourcing 1 event/save": bench.mode_eventsourcing,
             f"bare group commit, {tasks} tasks": lambda d: mode_bare(d, tasks),
             f"lean the log's work inline, {tasks} tasks": lambda d: mode_lean(d, tasks),
             f"c2 EventLog.append_async, {tasks} tasks": lambda d: bench.mode_asyncio(d, tasks),
@@ -327,13 +331,15 @@ def main() -> None:
             for name, rates in results.items()]
     print("Appends, events/s")
     bench.table(["mode", "median", "min - max"], rows)
-    raw = results[next(iter(modes))]
+    names = list(modes)
     ratio_rows = []
-    for name in list(modes)[1:]:
-        per_round = [x / y for x, y in zip(results[name], raw, strict=True)]
-        ratio_rows.append([f"{name.split()[0]}/a", f"{statistics.median(per_round):.2f}",
-                           " ".join(f"{x:.2f}" for x in per_round)])
-    print("Per-round ratios against a")
+    for baseline in names[:2]:
+        for name in names[2:]:
+            per_round = [x / y for x, y in zip(results[name], results[baseline], strict=True)]
+            ratio_rows.append([f"{name.split()[0]}/{baseline.split()[0]}",
+                               f"{statistics.median(per_round):.2f}",
+                               " ".join(f"{x:.2f}" for x in per_round)])
+    print("Per-round ratios against a and b")
     bench.table(["ratio", "median", "rounds"], ratio_rows)
 
 
