@@ -314,21 +314,54 @@ def _close_reader(conn: apsw.Connection, budget_s: float = 5.0) -> None:
 
 
 def _validate(appends: Sequence[StreamAppend], tracking: Tracking | None) -> None:
-    """Reject malformed requests in the caller's thread, before they reach the writer."""
+    """Reject malformed requests in the caller's thread, before they reach the writer.
+
+    What passes here cannot fail inside the writer for its shape, and that matters: the
+    writer plans a whole group at once, so a request it could not even encode would have
+    failed every append grouped with it.
+    """
     if not appends and tracking is None:
         raise StoreProgrammingError("an append needs at least one stream or a tracking record")
     for part in appends:
         if not isinstance(part, StreamAppend):
             raise StoreProgrammingError(f"expected StreamAppend, got {type(part).__name__}")
-        if not isinstance(part.stream, str) or not part.stream:
-            raise StoreProgrammingError("a stream name must be a non-empty string")
+        if not _is_text(part.stream) or not part.stream:
+            raise StoreProgrammingError("a stream name must be a non-empty string of UTF-8 text")
         expected = part.expected_version
-        if not isinstance(expected, StreamState) and (
-            not isinstance(expected, int) or isinstance(expected, bool) or expected < 0
-        ):
+        if not isinstance(expected, StreamState) and not _is_count(expected, 0):
             raise StoreProgrammingError(f"invalid expected version {expected!r}")
         for event in part.events:
             if not isinstance(event, NewEvent) or not isinstance(event.data, bytes):
                 raise StoreProgrammingError("events must be NewEvent with bytes data")
-    if tracking is not None and tracking.position < 0:
-        raise StoreProgrammingError("a tracking position must not be negative")
+            if not _is_text(event.type) or not event.type:
+                raise StoreProgrammingError(
+                    "an event type must be a non-empty string of UTF-8 text")
+            if not _is_count(event.schema_version, 1):
+                raise StoreProgrammingError(
+                    f"invalid schema version {event.schema_version!r} (an int from 1)")
+            key = event.idempotency_key
+            if key is not None and not _is_text(key):
+                raise StoreProgrammingError("an idempotency key must be a string of UTF-8 text")
+    if tracking is not None:
+        if not _is_text(tracking.name) or not tracking.name:
+            raise StoreProgrammingError("a tracking name must be a non-empty string of UTF-8 text")
+        if not _is_count(tracking.position, 0):
+            raise StoreProgrammingError("a tracking position must be an int, not negative")
+
+
+def _is_text(value: object) -> bool:
+    """A ``str`` that SQLite can store: one that encodes to UTF-8 (no lone surrogates)."""
+    if not isinstance(value, str):
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _is_count(value: object, least: int) -> bool:
+    """An ``int`` (not a ``bool``) of at least ``least``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least

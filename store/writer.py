@@ -277,6 +277,14 @@ class GroupCommitWriter:
                 except (ConflictError, StoreProgrammingError) as exc:
                     outcomes.append((None, exc))
                     continue
+                except apsw.Error:
+                    raise  # busy, I/O: the whole transaction is retried or fails
+                except Exception as exc:
+                    # A request the caller's checks let through (``submit`` used directly)
+                    # fails alone: planning wrote nothing, and the planner keeps only facts
+                    # read from the log.
+                    outcomes.append((None, _bug(exc)))
+                    continue
                 if careful:
                     conn.execute("SAVEPOINT request")
                     try:

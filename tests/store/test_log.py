@@ -40,7 +40,7 @@ from sessionwarden.store.errors import (
 )
 from sessionwarden.store.schema import connect
 
-from tests.store.store_support import ev, session_ev, writer_threads
+from tests.store.store_support import ev, session_ev, write_lock, writer_threads
 
 
 def all_seqs(log: EventLog) -> list[int]:
@@ -121,6 +121,57 @@ def test_a_failed_request_does_not_fail_its_group(log: EventLog) -> None:
     assert all_seqs(log) == list(range(1, 11))
 
 
+
+# Requests that must be refused in the caller's thread: each names what is wrong with it.
+MALFORMED = {
+    "surrogate stream": ([StreamAppend("s\udc80", (ev(),))], None, "stream name"),
+    "empty stream": ([StreamAppend("", (ev(),))], None, "stream name"),
+    "int type": ([StreamAppend("s", (NewEvent(5, b"{}"),))], None, "event type"),  # type: ignore[arg-type]
+    "surrogate type": ([StreamAppend("s", (NewEvent("t\ud800", b"{}"),))], None, "event type"),
+    "str data": ([StreamAppend("s", (NewEvent("t", "{}"),))], None, "bytes data"),  # type: ignore[arg-type]
+    "schema 0": ([StreamAppend("s", (NewEvent("t", b"{}", 0),))], None, "schema version"),
+    "bool schema": ([StreamAppend("s", (NewEvent("t", b"{}", True),))], None, "schema version"),
+    "surrogate key": (
+        [StreamAppend("s", (NewEvent("t", b"{}", idempotency_key="k\udc80"),))], None,
+        "idempotency key",
+    ),
+    "int key": (
+        [StreamAppend("s", (NewEvent("t", b"{}", idempotency_key=7),))], None,  # type: ignore[arg-type]
+        "idempotency key",
+    ),
+    "surrogate tracking": ([], Tracking("up\udc80", 1), "tracking name"),
+    "float position": ([], Tracking("up", 1.5), "tracking position"),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED, ids=list(MALFORMED))
+def test_malformed_requests_are_refused_before_the_writer(log: EventLog, case: str) -> None:
+    appends, tracking, what = MALFORMED[case]
+    with pytest.raises(StoreProgrammingError, match=what):
+        log.append_batch(appends, tracking)
+    with pytest.raises(StoreProgrammingError, match=what):
+        log.submit(appends, tracking)
+    assert log.head()[0] == 0
+
+
+def test_a_request_the_writer_cannot_plan_fails_alone(log: EventLog) -> None:
+    # GroupCommitWriter.submit skips EventLog's checks: whatever slips through must fail
+    # only its own request, never the appends grouped with it.
+    writer = log._writer
+    assert writer is not None
+    with write_lock(log.path):  # the writer waits: "bad" is queued with "ok-2" behind it
+        requests = [
+            writer.submit([StreamAppend("ok-1", (ev(),))]),
+            writer.submit([StreamAppend("bad", (NewEvent(5, b"{}"),))]),  # type: ignore[arg-type]
+            writer.submit([StreamAppend("ok-2", (ev(),))]),
+        ]
+    assert requests[0].wait(10)[0].first_seq == 1
+    with pytest.raises(StoreProgrammingError, match="AttributeError"):
+        requests[1].wait(10)
+    assert requests[2].wait(10)[0].first_seq == 2
+    assert all_seqs(log) == [1, 2]
+
+
 # -- 2. per-stream versions and the expected-version check ---------------------------------
 
 # (events already in the stream, expected version, accepted?)
@@ -180,6 +231,27 @@ def test_versions_start_at_one_and_are_per_stream(log: EventLog) -> None:
     assert log.stream_version("a") == 3
     assert log.stream_version("b") == 1
     assert log.stream_version("never") == 0
+
+
+def test_one_group_over_known_and_new_streams_after_a_reopen(db: Path) -> None:
+    # A fresh writer knows no stream: planning one group over hundreds of them, it must
+    # find every head and number the log already has, and number the new ones after them.
+    with EventLog(db, projections=[StreamsView()]) as log:
+        for i in range(300):
+            log.append(f"old-{i}", [session_ev(i)] * (1 + i % 3))
+    with EventLog(db, projections=[StreamsView()]) as log:
+        with write_lock(db):  # the first request waits; the rest queue up behind it
+            requests = [log.submit([StreamAppend(f"old-{i}", (session_ev(i),))])
+                        for i in range(300)]
+            requests += [log.submit([StreamAppend(f"new-{i}", (session_ev(i),), NO_STREAM)])
+                         for i in range(50)]
+        results = [request.wait(10)[0] for request in requests]
+        assert [r.version for r in results[:300]] == [2 + i % 3 for i in range(300)]
+        assert [r.version for r in results[300:]] == [1] * 50
+        numbers = dict(log.read_connection().execute("SELECT name, no FROM streams"))
+        assert sorted(numbers.values()) == list(range(1, 351))
+        assert [numbers[f"new-{i}"] for i in range(50)] == list(range(301, 351))
+    assert replay(db, [StreamsView()], verify=True).ok
 
 
 @pytest.mark.parametrize("first", [0, 1, 7])
