@@ -129,6 +129,9 @@ def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
         StoreUnavailable: the file is missing (read-only mode) or cannot be opened.
         CorruptStore: the file is not a SQLite database.
     """
+    if path.is_dir():
+        # SQLite would only say "disk I/O error" (or "unable to open") about a directory.
+        raise StoreUnavailable(f"{path}: is a directory, not an event log file")
     if readonly:
         if not path.exists():
             raise StoreUnavailable(f"{path}: no event log here (nothing has been recorded)")

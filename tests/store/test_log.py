@@ -477,6 +477,13 @@ def test_readonly_open_of_a_missing_file_fails_and_creates_nothing(tmp_path: Pat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("readonly", [False, True], ids=["writable", "read-only"])
+def test_a_directory_is_not_an_event_log(tmp_path: Path, readonly: bool) -> None:
+    with pytest.raises(StoreUnavailable, match="is a directory"):
+        EventLog(tmp_path, readonly=readonly)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_readonly_log_cannot_append(log: EventLog, db: Path) -> None:
     log.append("s", [ev()])
     with EventLog(db, readonly=True) as ro, pytest.raises(StoreProgrammingError):
