@@ -20,7 +20,9 @@ c2    ``EventLog.append_async`` from N tasks (``store.py`` mode c2)
 
 With ``--threads`` the appenders are N threads, each blocking on a lock until its group
 is committed (bare-t, lean-t; from ``RELAY_MIN`` waiters on, each woken thread wakes the
-next, as in ``EventLog``), and the last mode is ``EventLog.append`` (``store.py`` mode c).
+next, as in ``EventLog``); lf-t is bare-t without a writer thread, the appender that
+finds no commit running leading the next group (leader/follower); and the last mode is
+``EventLog.append`` (``store.py`` mode c).
 
 Medians and per-round ratios against a and b are printed; nothing asserts on time.
 """
@@ -189,6 +191,75 @@ def run_group_commit_threads(threads: int, commit: Callable[[list[Item]], None])
     return bench.APPEND_EVENTS / elapsed
 
 
+class _Follower:
+    """One append in a leader/follower round: its lock, and the row it carries."""
+
+    __slots__ = ("done", "item")
+
+    def __init__(self, item: Item) -> None:
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.item = item
+
+
+def run_leader_follower(threads: int, commit: Callable[[list[Item]], None]) -> float:
+    """N threads and no writer thread: the appender that finds no commit running leads.
+
+    The leader waits for all N, commits their group on its own thread and wakes the
+    others; then it goes on to its next append, usually to lead again. This saves the
+    writer design's hand-off to and from a writer thread: does that lift the ceiling?
+    """
+    streams = [str(uuid.uuid4()) for _ in range(bench.STREAMS)]
+    mutex, full = threading.Lock(), threading.Lock()
+    full.acquire()
+    queue: list[_Follower] = []
+    state = {"leading": False, "want": 0}
+
+    def lead(me: _Follower) -> None:
+        with mutex:
+            waiting = len(queue) < threads
+            if waiting:
+                state["want"] = threads
+        if waiting:
+            full.acquire(timeout=0.004)
+        with mutex:
+            group = queue[:]
+            queue.clear()
+            state["want"] = 0
+        commit([follower.item for follower in group])
+        for follower in group:
+            if follower is not me:
+                follower.done.release()
+        with mutex:
+            state["leading"] = False
+
+    def appender(t: int) -> None:
+        for i in range(t, bench.APPEND_EVENTS, threads):
+            stream = streams[i % bench.STREAMS]
+            event = bench.session_event(i, stream)
+            me = _Follower((None, stream, event.type, event.schema_version, event.data))
+            with mutex:
+                queue.append(me)
+                leader = not state["leading"]
+                if leader:
+                    state["leading"] = True
+                elif state["want"] and len(queue) >= state["want"]:
+                    state["want"] = 0
+                    full.release()
+            if leader:
+                lead(me)
+            else:
+                me.done.acquire()
+
+    workers = [threading.Thread(target=appender, args=(t,)) for t in range(threads)]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return bench.APPEND_EVENTS / (time.perf_counter() - started)
+
+
 def mode_bare(workdir: Path, tasks: int, runner: Runner = run_group_commit) -> dict[str, float]:
     conn = apsw.Connection(str(workdir / "bare.db"))
     conn.execute("PRAGMA journal_mode = WAL").fetchall()
@@ -303,6 +374,8 @@ def main() -> None:
                 lambda d: mode_bare(d, tasks, run_group_commit_threads),
             f"lean-t the log's work inline, {tasks} threads":
                 lambda d: mode_lean(d, tasks, run_group_commit_threads),
+            f"lf-t bare, leader/follower, no writer thread, {tasks} threads":
+                lambda d: mode_bare(d, tasks, run_leader_follower),
             f"c EventLog.append, {tasks} threads": lambda d: bench.mode_eventlog(d, tasks),
         }
     else:

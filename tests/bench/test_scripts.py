@@ -32,6 +32,6 @@ def test_store_appends_print_rates_and_ratios() -> None:
 @pytest.mark.parametrize("shape", [[], ["--threads"]], ids=["tasks", "threads"])
 def test_ceiling_prints_every_mode_against_a(shape: list[str]) -> None:
     out = run_script(str(BENCH / "ceiling.py"), "--rounds", "1", "--tasks", "4", *shape)
-    suffix = "-t" if shape else ""
-    for ratio in (f"bare{suffix}/a", f"lean{suffix}/a", "c/a" if shape else "c2/a"):
-        assert ratio in out
+    modes = ["bare-t", "lean-t", "lf-t", "c"] if shape else ["bare", "lean", "c2"]
+    for mode in modes:
+        assert f"{mode}/a " in out and f"{mode}/b " in out
