@@ -35,12 +35,23 @@ _json = msgspec.json.Encoder()
 _raw = msgspec.json.Decoder()
 
 
+def _count(text: str) -> int:
+    """An argparse type: a whole number, 0 or more (sequence numbers and limits)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
 def add_log_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Register ``events``, ``replay`` and ``demo`` on the CLI's subparsers."""
     p = sub.add_parser("events", help="read the event log")
     p.add_argument("--stream", help="only this stream")
-    p.add_argument("--after", type=int, default=0, metavar="SEQ", help="events after SEQ")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="at most N events")
+    p.add_argument("--after", type=_count, default=0, metavar="SEQ", help="events after SEQ")
+    p.add_argument("--limit", type=_count, default=None, metavar="N", help="at most N events")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(run=run_events)
 

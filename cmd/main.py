@@ -28,24 +28,34 @@ EXIT_UNAVAILABLE = 74
 EXIT_CORRUPT = 65
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser of the CLI."""
+def _common_options(default_db: object, default_debug: object) -> argparse.ArgumentParser:
+    """``--db`` and ``--debug``, for the main parser and (as a parent) every subparser."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--db", type=Path, default=None,
+        "--db", type=Path, default=default_db,
         help="event log (default: $SESSIONWARDEN_DB, else the user's state directory)",
     )
-    common.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    common.add_argument(
+        "--debug", action="store_true", default=default_debug, help=argparse.SUPPRESS
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser of the CLI."""
     parser = argparse.ArgumentParser(
         prog="sessionwarden",
         description="Govern long LLM-agent sessions; audit every decision in an event log.",
-        parents=[common],
+        parents=[_common_options(default_db=None, default_debug=False)],
     )
     parser.add_argument("--version", action="version", version=f"sessionwarden {__version__}")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     sub.required = True
-    # Subparsers copy --db so it may stand before or after the command name.
+    # Subparsers copy --db so it may stand before or after the command name. Their copies
+    # default to "not given": a subparser's default would overwrite what the main parser
+    # already read (``sessionwarden --db F events`` would lose F).
     original = sub.add_parser
+    common = _common_options(default_db=argparse.SUPPRESS, default_debug=argparse.SUPPRESS)
 
     def add_parser(name: str, **kwargs: object) -> argparse.ArgumentParser:
         kwargs.setdefault("parents", [common])
