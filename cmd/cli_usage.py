@@ -194,12 +194,17 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
     if args.session:
         clauses.append("session_id = ?")
         params.append(args.session)
-    if args.since:
+    since = parse_time(args.since, option="--since") if args.since else None
+    until = parse_time(args.until, option="--until", end=True) if args.until else None
+    if since is not None and until is not None and since >= until:
+        # An empty window is a mistake (swapped bounds), not an answer of "no calls".
+        raise UsageError(f"--since {args.since} is not before --until {args.until}")
+    if since is not None:
         clauses.append("recorded_at >= ?")
-        params.append(parse_time(args.since, option="--since"))
-    if args.until:
+        params.append(since)
+    if until is not None:
         clauses.append("recorded_at < ?")
-        params.append(parse_time(args.until, option="--until", end=True))
+        params.append(until)
     with EventLog(db, readonly=True) as log:
         conn = log.read_connection()
         try:

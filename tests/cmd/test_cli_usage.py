@@ -174,6 +174,15 @@ def test_bad_time_exits_64(db, capsys, bad):
     assert err.count("\n") == 1 and "--since" in err and bad in err
 
 
+@pytest.mark.parametrize(("since", "until"), [("2026-11-30", "2026-11-29"),
+                                             ("2026-11-30T12:00:00", "2026-11-30T11:59:59")])
+def test_since_after_until_exits_64(db: Path, capsys: pytest.CaptureFixture[str],
+                                    since: str, until: str) -> None:
+    code, out, err = run(capsys, "usage", "--db", str(db), "--since", since, "--until", until)
+    assert code == 64 and out == ""
+    assert err.count("\n") == 1 and "is not before --until" in err
+
+
 def test_csv_shape(db, capsys):
     code, out, _ = run(capsys, "usage", "--db", str(db), "--csv", "--by", "day")
     assert code == 0
