@@ -230,7 +230,7 @@ class EventLog:
 
         Pages are read in short transactions, so a long read never pins the WAL.
         """
-        upper = until if until is not None else 2**62
+        upper = _clamp(until) if until is not None else _INT64_MAX
         return self._paged(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
             lambda position: (position, upper), after, 0, limit,
@@ -256,6 +256,7 @@ class EventLog:
     ) -> Iterator[RecordedEvent]:
         """Run ``sql`` page by page, resuming after ``column`` of each page's last row."""
         remaining = limit
+        position = _clamp(position)
         while remaining is None or remaining > 0:
             page_size = _PAGE if remaining is None else min(_PAGE, remaining)
             rows = self._query(sql, (*args(position), page_size))
@@ -297,6 +298,14 @@ class EventLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _clamp(position: int) -> int:
+    """A position SQLite can bind (64-bit): a bound beyond every stored one means the same."""
+    return max(-_INT64_MAX, min(position, _INT64_MAX))
 
 
 def _close_reader(conn: apsw.Connection, budget_s: float = 5.0) -> None:

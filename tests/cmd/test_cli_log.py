@@ -90,6 +90,9 @@ def test_events_text_is_one_line_per_event(db: Path, capsys: pytest.CaptureFixtu
         (["--stream", "s-1", "--after", "4", "--limit", "2"], [5, 8]),
         (["--stream", "nobody"], []),
         (["--after", str(EVENTS)], []),
+        (["--after", str(10**30)], []),
+        (["--stream", "s-0", "--after", str(10**30)], []),
+        (["--limit", str(10**30)], list(range(1, EVENTS + 1))),
     ],
 )
 def test_events_filters(

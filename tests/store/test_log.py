@@ -386,6 +386,17 @@ def test_global_sequence_is_gap_free_under_concurrent_writers_and_a_reader(
         assert b.seq == a.seq + 1
 
 
+def test_positions_beyond_64_bits_read_as_bounds(log: EventLog) -> None:
+    log.append("s", [ev(), ev()])
+    huge = 10**30
+    assert list(log.read_all(huge)) == []
+    assert [e.seq for e in log.read_all(-huge)] == [1, 2]
+    assert [e.seq for e in log.read_all(0, until=huge)] == [1, 2]
+    assert list(log.read_all(0, until=-huge)) == []
+    assert list(log.read_stream("s", huge)) == []
+    assert [e.version for e in log.read_stream("s", -huge, limit=huge)] == [1, 2]
+
+
 def test_read_all_bounds(log: EventLog) -> None:
     for i in range(10):
         log.append("s", [ev(str(i))])
