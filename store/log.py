@@ -355,7 +355,7 @@ def _validate(appends: Sequence[StreamAppend], tracking: Tracking | None) -> Non
         if not _is_text(tracking.name) or not tracking.name:
             raise StoreProgrammingError("a tracking name must be a non-empty string of UTF-8 text")
         if not _is_count(tracking.position, 0):
-            raise StoreProgrammingError("a tracking position must be an int, not negative")
+            raise StoreProgrammingError("a tracking position must be a 64-bit int, not negative")
 
 
 def _is_text(value: object) -> bool:
@@ -372,5 +372,7 @@ def _is_text(value: object) -> bool:
 
 
 def _is_count(value: object, least: int) -> bool:
-    """An ``int`` (not a ``bool``) of at least ``least``."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+    """An ``int`` (not a ``bool``) from ``least`` up to what SQLite stores (64 bits)."""
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and least <= value <= _INT64_MAX
+    )

@@ -141,6 +141,7 @@ MALFORMED = {
     ),
     "surrogate tracking": ([], Tracking("up\udc80", 1), "tracking name"),
     "float position": ([], Tracking("up", 1.5), "tracking position"),  # type: ignore[arg-type]
+    "huge position": ([], Tracking("up", 2**63), "tracking position"),
 }
 
 
@@ -212,7 +213,7 @@ def test_expected_version(log: EventLog, existing: int, expected: object, accept
         assert log.stream_version("s") == existing
 
 
-@pytest.mark.parametrize("expected", [-1, True, 1.0, "1", None])
+@pytest.mark.parametrize("expected", [-1, True, 1.0, "1", None, 2**63])
 def test_invalid_expected_version_is_a_programming_error(log: EventLog, expected: object) -> None:
     with pytest.raises(StoreProgrammingError):
         log.append("s", [ev()], expected_version=expected)  # type: ignore[arg-type]
