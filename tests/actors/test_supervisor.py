@@ -145,6 +145,18 @@ def has_ref(supervisor: Supervisor, name: str) -> bool:
 # ------------------------------------------------------------------ start and stop
 
 
+def start_ledger_and_session(harness: Harness) -> Supervisor:
+    """A started supervisor of a ledger and one session actor that reports to it."""
+    log = harness.log
+    sup: Supervisor = harness.supervise([
+        ActorSpec("ledger", lambda f: UsageLedgerActor.start(log, on_failure=f)),
+        ActorSpec("session-0", lambda f: SessionActor.start(
+            log, on_failure=f, ledger=lambda: sup.ref("ledger"))),
+    ], backoff_s=0.001)
+    sup.start()
+    return sup
+
+
 def test_children_start_in_order_each_ready_before_the_next_and_stop_in_reverse(
     harness: Harness,
 ) -> None:
@@ -251,13 +263,7 @@ def test_crashed_child_is_restarted_and_reachable_through_ref(harness: Harness) 
 
 
 def test_restarted_session_actor_recovers_from_the_log(harness: Harness) -> None:
-    log = harness.log
-    sup: Supervisor = harness.supervise([
-        ActorSpec("ledger", lambda f: UsageLedgerActor.start(log, on_failure=f)),
-        ActorSpec("session-0", lambda f: SessionActor.start(
-            log, on_failure=f, ledger=lambda: sup.ref("ledger"))),
-    ], backoff_s=0.001)
-    sup.start()
+    sup = start_ledger_and_session(harness)
     old = sup.ref("session-0")
     ask_blocking(old, admit("c1", "s1"))
     ask_blocking(old, admit("c2", "s1"))
@@ -274,7 +280,7 @@ def test_restarted_session_actor_recovers_from_the_log(harness: Harness) -> None
     harness.settle(new)
     # The new instance knew s1 was started: no second SessionStarted.
     assert harness.types("session-s1") == [STARTED, ADMITTED, ADMITTED, ADMITTED, RESPONDED]
-    calls = log.read_connection().execute(
+    calls = harness.log.read_connection().execute(
         "SELECT calls FROM view_sessions WHERE session_id = 's1'").fetchall()
     assert calls == [(3,)]
 
@@ -305,13 +311,7 @@ def test_restart_while_a_session_start_is_in_flight_keeps_one_session_started(
 
 
 def test_restarted_ledger_keeps_usage_idempotent(harness: Harness) -> None:
-    log = harness.log
-    sup: Supervisor = harness.supervise([
-        ActorSpec("ledger", lambda f: UsageLedgerActor.start(log, on_failure=f)),
-        ActorSpec("session-0", lambda f: SessionActor.start(
-            log, on_failure=f, ledger=lambda: sup.ref("ledger"))),
-    ], backoff_s=0.001)
-    sup.start()
+    sup = start_ledger_and_session(harness)
     session = sup.ref("session-0")
     ask_blocking(session, admit("c1", "s1"))
     first = ask_blocking(session, responded("c1", "s1"))
@@ -329,7 +329,7 @@ def test_restarted_ledger_keeps_usage_idempotent(harness: Harness) -> None:
     ask_blocking(session, admit("c2", "s1"))
     assert ask_blocking(session, responded("c2", "s1")).stream == "usage-s1"
     assert harness.types("usage-s1") == [USAGE, USAGE]
-    rows = log.read_connection().execute(
+    rows = harness.log.read_connection().execute(
         "SELECT call_id FROM view_ledger ORDER BY seq").fetchall()
     assert rows == [("c1",), ("c2",)]
 
