@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import pykka
-from sessionwarden.actors.errors import ActorUnavailable
+from sessionwarden.actors.errors import ActorCrash, ActorUnavailable
 
 __all__ = [
     "PENDING",
@@ -30,6 +30,9 @@ __all__ = [
     "Reply",
     "ask",
     "ask_blocking",
+    "request",
+    "tell",
+    "wait",
 ]
 
 #: ``reply(result, error)``: exactly one of the two is meaningful.
@@ -43,10 +46,6 @@ class _Pending:
 
 #: Returned by ``handle`` when it has arranged to call ``reply`` itself, later.
 PENDING: Final = _Pending()
-
-
-class ActorCrash(Exception):
-    """Raised inside an actor to stop it: its state can no longer be trusted."""
 
 
 class Ping:
@@ -106,6 +105,17 @@ class GovernedActor(pykka.ThreadingActor):
             self._report_failure(exception_value)
 
 
+def tell(ref: "pykka.ActorRef[Any]", message: object) -> None:
+    """Send ``message`` without waiting; a dead actor is :class:`ActorUnavailable`.
+
+    pykka raises its own ``ActorDeadError``; no caller of ours ever sees it raw.
+    """
+    try:
+        ref.tell(message)
+    except pykka.ActorDeadError:
+        raise ActorUnavailable("the actor is not running") from None
+
+
 def _ignore(result: Any, error: BaseException | None) -> None:
     if error is not None:
         raise error
@@ -120,11 +130,14 @@ def _settle(future: "asyncio.Future[Any]", result: Any, error: BaseException | N
         future.set_result(result)
 
 
-async def ask(ref: pykka.ActorRef[Any], message: object, timeout: float = 10.0) -> Any:
-    """Send ``message`` to the actor and await its reply without blocking the loop.
+def request(ref: "pykka.ActorRef[Any]", message: object) -> "asyncio.Future[Any]":
+    """Send ``message`` now; the returned future (of the running loop) gets the reply.
+
+    No task is created, so a caller can have several requests in flight and await them
+    one by one (the proxy asks for admission and a key at once).
 
     Raises:
-        ActorUnavailable: the actor is dead or did not reply within ``timeout``.
+        ActorUnavailable: the actor is not running.
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
@@ -135,14 +148,25 @@ async def ask(ref: pykka.ActorRef[Any], message: object, timeout: float = 10.0) 
         except RuntimeError:  # the loop has closed: nobody is waiting any more
             pass
 
-    try:
-        ref.tell(Call(message, reply))
-    except pykka.ActorDeadError:
-        raise ActorUnavailable("the actor is not running") from None
+    tell(ref, Call(message, reply))
+    return future
+
+
+async def wait(future: "asyncio.Future[Any]", timeout: float = 10.0) -> Any:
+    """The reply of a :func:`request`, or :class:`ActorUnavailable` after ``timeout``."""
     try:
         return await asyncio.wait_for(future, timeout)
     except TimeoutError:
         raise ActorUnavailable(f"no reply within {timeout:g} s") from None
+
+
+async def ask(ref: "pykka.ActorRef[Any]", message: object, timeout: float = 10.0) -> Any:
+    """Send ``message`` to the actor and await its reply without blocking the loop.
+
+    Raises:
+        ActorUnavailable: the actor is dead or did not reply within ``timeout``.
+    """
+    return await wait(request(ref, message), timeout)
 
 
 def ask_blocking(ref: pykka.ActorRef[Any], message: object, timeout: float = 10.0) -> Any:

@@ -1,50 +1,95 @@
-"""The typed messages the daemon's HTTP layer and the actors exchange.
+"""The typed messages the daemon's HTTP layer and the actors exchange, and their replies.
 
-Frozen msgspec Structs with immutable fields: pykka does not copy messages between
-threads, so they must not be mutable. :class:`Leased` is the one exception to "plain
-data": it carries a secret, so its ``repr`` never shows it.
+Frozen msgspec Structs: pykka does not copy messages between threads, so none may be
+changed once sent. Two carry more than plain data: a ``CallRequest`` holds the decoded
+request body, handed over to admission (the proxy does not touch it
+until the reply), and :class:`Leased` carries a secret, so its ``repr`` never shows it.
 """
 
+from typing import Any
+
 import msgspec
-from sessionwarden.events import CallAdmitted, Event, UpstreamResponded, UsageRecorded
+from sessionwarden.domain.calls import CallOutcome, CallRequest
+from sessionwarden.domain.ratelimits import RateLimitSnapshot
+from sessionwarden.events import CODEC, Event
 from sessionwarden.store import NewEvent, StreamAppend
 
 __all__ = [
+    "Abandon",
+    "AdmissionGranted",
+    "AdmissionRefused",
     "Admit",
     "Committed",
+    "Complete",
     "Lease",
     "Leased",
-    "RecordUsage",
+    "NeedsWork",
     "Release",
-    "Responded",
+    "Resume",
     "new_event",
 ]
 
 
 def new_event(event: Event, idempotency_key: str | None = None) -> NewEvent:
     """Encode a typed event into the record the store appends."""
-    from sessionwarden.events import CODEC  # local: keeps this module's imports light
-
     encoded = CODEC.encode(event)
     return NewEvent(encoded.type, encoded.data, encoded.schema_version, idempotency_key)
 
 
 class Admit(msgspec.Struct, frozen=True):
-    """A call enters a session (SessionActor); ``client`` names the caller's software."""
+    """Ask the session's actor to admit a call (runs the admission pipeline)."""
 
-    event: CallAdmitted
-    client: str = ""
+    request: CallRequest
 
 
-class Responded(msgspec.Struct, frozen=True):
-    """The upstream answered a call (SessionActor records it).
+class Resume(msgspec.Struct, frozen=True):
+    """The work a pending admission needed is done: continue with ``result``."""
 
-    With ``usage``, the SessionActor forwards it to the UsageLedgerActor and the reply
-    arrives once the usage row is durable.
+    session_id: str
+    call_id: str
+    result: Any
+
+
+class Abandon(msgspec.Struct, frozen=True):
+    """A pending admission will not be resumed (the client left, the work failed)."""
+
+    call_id: str
+
+
+class AdmissionGranted(msgspec.Struct, frozen=True):
+    """Reply: the call is admitted, durably; forward ``request`` (possibly rewritten)."""
+
+    request: CallRequest
+
+
+class AdmissionRefused(msgspec.Struct, frozen=True):
+    """Reply: the pipeline refused the call (recorded durably); tell the client why."""
+
+    status: int
+    message: str
+    code: str
+    kind: str
+
+
+class NeedsWork(msgspec.Struct, frozen=True):
+    """Reply: admission waits for ``work``; do it, then send :class:`Resume`."""
+
+    call_id: str
+    work: Any
+
+
+class Complete(msgspec.Struct, frozen=True):
+    """Record how an admitted call ended; the reply comes once the record is durable.
+
+    Sent to the RateGuardActor, which reads the rate-limit headers into ``limits``, adds
+    its own part when they are worth recording (``parts``), and forwards it to the
+    session's actor, which decides the completion and appends everything at once. Sent
+    straight to the session's actor when the rate guard is unavailable.
     """
 
-    event: UpstreamResponded
-    usage: UsageRecorded | None = None
+    outcome: CallOutcome
+    limits: RateLimitSnapshot | None = None
+    parts: tuple[StreamAppend, ...] = ()
 
 
 class Lease(msgspec.Struct, frozen=True):
@@ -70,23 +115,10 @@ class Leased:
 
 
 class Release(msgspec.Struct, frozen=True):
-    """A call is done with its key; ``status`` is the upstream status (0: no response)."""
+    """A call is done with its key (the pool's in-flight count goes down)."""
 
     provider: str
     fingerprint: str
-    call_id: str
-    status: int
-
-
-class RecordUsage(msgspec.Struct, frozen=True):
-    """Record a call's usage; the UsageLedgerActor replies once it is durable.
-
-    ``with_parts`` are other actors' appends that must commit atomically with the usage
-    row (the SessionActor's UpstreamResponded): one commit, one fsync, one reply.
-    """
-
-    event: UsageRecorded
-    with_parts: tuple[StreamAppend, ...] = ()
 
 
 class Committed(msgspec.Struct, frozen=True):

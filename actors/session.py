@@ -1,14 +1,21 @@
-"""SessionActor: owns each session's stream; sessions are sharded and passivated.
+"""SessionActor: admits a session's calls and records how they end; sessions are sharded.
 
-Many sessions must not mean many threads, so a fixed number of shards (actors) share
-them, chosen by a stable hash of the session id. A shard keeps the sessions it has seen
-recently in an LRU map and passivates the least recently used once it holds too many;
-a passivated session is recovered on demand from the ``view_sessions`` snapshot, which
-the store keeps in step with the stream. A session with appends still in flight is never
-passivated, so a recovery never reads a snapshot that is about to change.
+The shell of the domain's session policy: a message comes in; the actor loads the
+session's state, lets the domain decide (the admission pipeline, a call's completion)
+with ``clock.now()``, folds the decided events into the state, appends them, and replies
+once they are durable. Nothing is sent upstream before its CallAdmitted is committed, and
+no response is released before its CallCompleted is: a call is recorded or refused before
+it is sent, and every call that returned to a client is in the ledger.
 
-Stream ``session-<id>``: SessionStarted (appended with ``NO_STREAM``, so a session can
-never be started twice), CallAdmitted, UpstreamResponded.
+Many sessions must not mean many threads, so a fixed number of shards share them, chosen
+by a stable hash of the session id. A shard keeps recent sessions in an LRU map and
+passivates the least recently used once it holds too many; a session is recovered on
+demand by :meth:`SessionActor.load` from the views (``view_sessions`` and the open calls
+of ``view_calls_open``), which the store keeps in step with the stream. A session with
+appends in flight is never passivated, so a recovery never reads a view about to change.
+
+Stream ``session-<id>``: SessionStarted (with ``NO_STREAM``: once only), CallAdmitted,
+CallRefused, CallCompleted (idempotency key ``done:<call id>``: at most one per call).
 """
 
 import zlib
@@ -16,20 +23,35 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-import pykka
-from sessionwarden.actors.bridge import PENDING, Call, GovernedActor, Reply
-from sessionwarden.actors.messages import Admit, RecordUsage, Responded, new_event
+from loguru import logger
+from sessionwarden.actors.bridge import PENDING, GovernedActor, Reply
+from sessionwarden.actors.errors import ActorCrash
+from sessionwarden.actors.messages import (
+    Abandon,
+    AdmissionGranted,
+    AdmissionRefused,
+    Admit,
+    Complete,
+    NeedsWork,
+    Resume,
+    new_event,
+)
+from sessionwarden.clock import Clock, SystemClock
+from sessionwarden.config import Config
+from sessionwarden.domain.admission import Admitted, Pending, Pipeline, Verdict, verdict_events
+from sessionwarden.domain.calls import complete_call
+from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.domain.session import OpenCall, SessionState, session_stream
+from sessionwarden.domain.stages import default_pipeline
 from sessionwarden.events import SessionStarted
-from sessionwarden.store import ANY, NO_STREAM, EventLog, NewEvent, StreamAppend
-from sessionwarden.store.errors import ConflictError, StoreError
-from sessionwarden.store.schema import query_int
+from sessionwarden.redact import default_redactor
+from sessionwarden.store import ANY, NO_STREAM, EventLog, StreamAppend
+from sessionwarden.store.errors import IdempotencyConflict, StoreError, WrongExpectedVersion
+from sessionwarden.store.writer import AppendRequest
 
-__all__ = ["SessionActor", "session_shard", "session_stream"]
+__all__ = ["SessionActor", "session_shard"]
 
-
-def session_stream(session_id: str) -> str:
-    """The stream of a session."""
-    return f"session-{session_id}"
+_STARTED = SessionStarted.type_tag()
 
 
 def session_shard(session_id: str, shards: int) -> int:
@@ -37,160 +59,215 @@ def session_shard(session_id: str, shards: int) -> int:
     return zlib.crc32(session_id.encode()) % shards
 
 
-class _Session:
-    __slots__ = ("calls", "pending", "started")
-
-    def __init__(self, started: bool, calls: int) -> None:
-        self.started = started
-        self.calls = calls
-        self.pending = 0
-
-
 class _Appended:
-    """Told by the store's writer thread when a session append finished."""
+    """Told by the store's writer thread when an append of this actor failed or ended."""
 
-    __slots__ = ("error", "events", "session_id")
+    __slots__ = ("answer", "error", "parts", "reply", "session_id")
 
-    def __init__(
-        self, session_id: str, error: BaseException | None, events: tuple[NewEvent, ...]
-    ) -> None:
+    def __init__(self, session_id: str, error: BaseException | None,
+                 parts: list[StreamAppend], reply: Reply, answer: object) -> None:
         self.session_id = session_id
         self.error = error
-        self.events = events
+        self.parts = parts
+        self.reply = reply
+        self.answer = answer
 
 
 class SessionActor(GovernedActor):
-    """One shard of the sessions: admits calls and records upstream responses."""
+    """One shard of the sessions: runs admissions and completions of their calls."""
 
     def __init__(
         self,
         log: EventLog,
         *,
+        pipeline: Pipeline | None = None,
+        clock: Clock | None = None,
+        redact: Callable[[str], str] = default_redactor.redact,
         max_sessions: int = 2000,
-        on_failure: Any = None,
-        ledger: Callable[[], "pykka.ActorRef[Any]"] | None = None,
+        max_pending: int = 10_000,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         """Serve sessions from ``log``, keeping at most ``max_sessions`` in memory.
 
-        ``ledger`` finds the current UsageLedgerActor: a Responded carrying the call's
-        usage is recorded here, then forwarded there, so the response event is always
-        queued before the usage row and the caller waits on one reply, not two.
+        ``max_pending`` bounds admissions waiting for work: a proxy that never resumes
+        (its task died) must not grow the map for ever; the oldest is forgotten first.
         """
         super().__init__(on_failure)
-        self._ledger = ledger
         self._log = log
+        self._pipeline = pipeline or default_pipeline(Config())
+        self._clock = clock or SystemClock()
+        self._redact = redact
         self._max = max_sessions
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._max_pending = max_pending
+        self._sessions: OrderedDict[str, SessionState] = OrderedDict()
+        self._in_flight: dict[str, int] = {}
+        self._pending: OrderedDict[str, Pending] = OrderedDict()
         self.passivated = 0
 
     def handle(self, message: object, reply: Reply) -> object:
-        """Dispatch Admit, Responded and the writer's completions."""
+        """Dispatch Admit, Resume, Abandon, Complete and the writer's reports."""
         if isinstance(message, Admit):
-            self._admit(message)
+            state = self._get(message.request.session_id)
+            verdict = self._pipeline.run(state, message.request, self._clock.now())
+            return self._conclude(state, verdict, reply)
+        if isinstance(message, Complete):
+            return self._complete(message, reply)
+        if isinstance(message, Resume):
+            pending = self._pending.pop(message.call_id, None)
+            if pending is None:
+                raise UnknownCall(message.call_id, "has no admission waiting for work")
+            state = self._get(message.session_id)
+            verdict = self._pipeline.resume(pending, message.result, state, self._clock.now())
+            return self._conclude(state, verdict, reply)
+        if isinstance(message, Abandon):
+            self._pending.pop(message.call_id, None)
             return None
-        if isinstance(message, Responded):
-            return self._responded(message, reply)
         if isinstance(message, _Appended):
             self._appended(message)
             return None
         raise TypeError(f"SessionActor cannot handle {type(message).__name__}")
 
-    def _get(self, session_id: str) -> _Session:
-        session = self._sessions.get(session_id)
-        if session is None:
-            session = self._recover(session_id)
+    # -- state ---------------------------------------------------------------------------
+
+    def load(self, session_id: str) -> SessionState:
+        """The one loader: a session's state from the views (a new one if never seen)."""
+        conn = self._log.read_connection()
+        with conn:  # one read transaction: the session row and its open calls agree
+            row = conn.execute(
+                "SELECT calls, refused FROM view_sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            open_calls = {
+                call_id: OpenCall(provider, model, estimated)
+                for call_id, provider, model, estimated in conn.execute(
+                    "SELECT call_id, provider, model, estimated_tokens FROM view_calls_open"
+                    " WHERE session_id = ?", (session_id,))
+            }
+        if row is None:
+            return SessionState(session_id, open_calls=open_calls)
+        return SessionState(session_id, started=True, calls=row[0], refused=row[1],
+                            open_calls=open_calls)
+
+    def _get(self, session_id: str) -> SessionState:
+        state = self._sessions.get(session_id)
+        if state is None:
+            state = self.load(session_id)
             self._passivate(room=1)  # before inserting: never evict the session being added
-            self._sessions[session_id] = session
+            self._sessions[session_id] = state
         else:
             self._sessions.move_to_end(session_id)
-        return session
-
-    def _recover(self, session_id: str) -> _Session:
-        calls = query_int(
-            self._log.read_connection(),
-            "SELECT calls FROM view_sessions WHERE session_id = ?", (session_id,), -1,
-        )
-        return _Session(started=calls >= 0, calls=max(calls, 0))
+        return state
 
     def _passivate(self, room: int = 0) -> None:
         """Passivate idle sessions, least recently used first, leaving ``room`` free.
 
-        Sessions with appends in flight stay (their snapshot is about to change), so the
+        Sessions with appends in flight stay (their views are about to change), so the
         map may briefly hold more than ``max_sessions``; it is trimmed again as their
         appends complete.
         """
         limit = self._max - room
         if len(self._sessions) <= limit:
             return
-        for session_id, session in list(self._sessions.items()):
+        for session_id in list(self._sessions):
             if len(self._sessions) <= limit:
                 break
-            if session.pending == 0:
+            if not self._in_flight.get(session_id):
                 del self._sessions[session_id]
                 self.passivated += 1
 
-    def _admit(self, admit: Admit) -> None:
-        call = admit.event
-        session = self._get(call.session_id)
-        admitted = new_event(call)
-        if session.started:
-            self._append(call.session_id, [admitted], session)
+    # -- decisions -------------------------------------------------------------------------
+
+    def _conclude(self, state: SessionState, verdict: Verdict, reply: Reply) -> object:
+        if isinstance(verdict, Pending):
+            call_id = verdict.request.call_id
+            self._pending[call_id] = verdict
+            while len(self._pending) > self._max_pending:
+                self._pending.popitem(last=False)
+            return NeedsWork(call_id, verdict.work)
+        expected = ANY if state.started else NO_STREAM
+        events = verdict_events(state, verdict)
+        for event in events:
+            state.fold(event)
+        answer: object
+        if isinstance(verdict, Admitted):
+            answer = AdmissionGranted(verdict.request)
         else:
-            started = new_event(
-                SessionStarted(
-                    session_id=call.session_id, model=f"{call.provider}/{call.model}",
-                    client=admit.client,
-                )
-            )
-            session.started = True
-            self._append(call.session_id, [started, admitted], session, NO_STREAM)
-        session.calls += 1
-
-    def _responded(self, message: Responded, reply: Reply) -> object:
-        event = message.event
-        session = self._get(event.session_id)
-        responded = [new_event(event)]
-        if message.usage is None or self._ledger is None:
-            self._append(event.session_id, responded, session)
-            return None
-        # The response event rides in the ledger's append: both commit together, with
-        # one fsync, and the caller's single reply means both are durable.
-        session.pending += 1
-        part = StreamAppend(session_stream(event.session_id), tuple(responded), ANY)
-        ref = self.actor_ref
-
-        def done(result: Any, error: BaseException | None) -> None:
-            ref.tell(_Appended(event.session_id, error, tuple(responded)))
-            reply(result, error)
-
-        self._ledger().tell(Call(RecordUsage(message.usage, (part,)), done))
+            answer = AdmissionRefused(verdict.status, verdict.message, verdict.code,
+                                      verdict.kind)
+        part = StreamAppend(session_stream(state.session_id),
+                            tuple(new_event(e) for e in events), expected)
+        self._append(state.session_id, [part], reply, answer)
         return PENDING
 
-    def _append(
-        self, session_id: str, events: list[NewEvent], session: _Session, expected: Any = ANY
-    ) -> None:
-        session.pending += 1
+    def _complete(self, message: Complete, reply: Reply) -> object:
+        outcome = message.outcome
+        state = self._get(outcome.session_id)
+        event = complete_call(state, outcome, self._clock.now(), self._redact, message.limits)
+        state.fold(event)
+        # The key makes a completion retried across a restart harmless: stored once.
+        part = StreamAppend(session_stream(state.session_id),
+                            (new_event(event, idempotency_key=f"done:{event.call_id}"),), ANY)
+        self._append(state.session_id, [part, *message.parts], reply, None)
+        return PENDING
+
+    # -- appends ---------------------------------------------------------------------------
+
+    def _append(self, session_id: str, parts: list[StreamAppend], reply: Reply,
+                answer: object) -> None:
+        """Submit ``parts`` atomically; ``reply(answer)`` once they are durable."""
+        self._in_flight[session_id] = self._in_flight.get(session_id, 0) + 1
         ref = self.actor_ref
-        self._log.submit(
-            [StreamAppend(session_stream(session_id), tuple(events), expected)],
-            callback=lambda request: ref.tell(
-                _Appended(session_id, request.error, request.appends[0].events)
-            ),
-        )
+
+        def committed(request: AppendRequest) -> None:
+            # The writer's thread: reply at once when all went well (the caller is waiting
+            # on it), and let the actor's own thread do the bookkeeping and any recovery.
+            if request.error is None:
+                reply(answer, None)
+            try:
+                ref.tell(_Appended(session_id, request.error, parts, reply, answer))
+            except Exception:  # the actor is gone; its successor reloads from the views
+                if request.error is not None:
+                    reply(None, request.error)
+
+        self._log.submit(parts, callback=committed)
 
     def _appended(self, done: _Appended) -> None:
-        session = self._sessions.get(done.session_id)
-        if session is not None:
-            session.pending = max(0, session.pending - 1)
+        count = self._in_flight.get(done.session_id, 1) - 1
+        if count > 0:
+            self._in_flight[done.session_id] = count
+        else:
+            self._in_flight.pop(done.session_id, None)
             self._passivate()
         error = done.error
-        if isinstance(error, ConflictError):
-            # Nothing was written. Either the session already had a stream (started by an
-            # earlier instance whose append was still in flight when we recovered), or the
-            # ledger refused the usage row it carried our response in. Keep this
-            # session's facts: re-append them, minus a duplicate start.
-            rest = [e for e in done.events if e.type != SessionStarted.type_tag()]
-            if rest:
-                self._append(done.session_id, rest, self._get(done.session_id))
-        elif isinstance(error, StoreError):
-            raise error  # a store failure: let the supervisor restart us from the log
+        if error is None:
+            return
+        if isinstance(error, WrongExpectedVersion) and self._drop_start(done):
+            return
+        if isinstance(error, IdempotencyConflict):
+            # This call's completion is already in the log (a retry across a restart that
+            # saw the response at another instant): the first record stands.
+            done.reply(done.answer, None)
+            return
+        done.reply(None, error)
+        if isinstance(error, StoreError):
+            # The state folded what was never written: start again from the log.
+            logger.error("session {}: append failed: {}", done.session_id, error)
+            raise ActorCrash(f"append failed: {error}")
+
+    def _drop_start(self, done: _Appended) -> bool:
+        """The session's stream exists after all: append the same events minus the start.
+
+        That happens when an earlier instance's start was still in flight when this one
+        loaded the session. Nothing was written, so the facts are re-appended as they are.
+        """
+        first = done.parts[0]
+        if first.expected_version is not NO_STREAM:
+            return False
+        rest = tuple(e for e in first.events if e.type != _STARTED)
+        parts = [StreamAppend(first.stream, rest, ANY), *done.parts[1:]]
+        self._append(done.session_id, parts, done.reply, done.answer)
+        return True
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counts for status and tests: sessions in memory, admissions waiting for work."""
+        return {"sessions": len(self._sessions), "pending": len(self._pending),
+                "passivated": self.passivated}

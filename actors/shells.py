@@ -1,12 +1,14 @@
-"""CompressorActor and RateGuardActor: started and supervised, filled by later issues.
+"""CompressorActor and UsageLedgerActor: started and supervised, filled by later issues.
 
 They exist now so the runtime (start order, supervision, shutdown) is the one they will
-live in; until then they answer pings and refuse everything else.
+live in; until then they answer pings and refuse everything else. The ledger's rows are
+already there: ``view_ledger`` folds every CallCompleted; the UsageLedgerActor will own
+prices, costs and spend caps.
 """
 
 from sessionwarden.actors.bridge import GovernedActor, Reply
 
-__all__ = ["CompressorActor", "RateGuardActor"]
+__all__ = ["CompressorActor", "UsageLedgerActor"]
 
 
 class CompressorActor(GovernedActor):
@@ -17,9 +19,9 @@ class CompressorActor(GovernedActor):
         raise NotImplementedError("compression is not implemented yet")
 
 
-class RateGuardActor(GovernedActor):
-    """Will own the per-provider breaker and last-known rate-limit buckets."""
+class UsageLedgerActor(GovernedActor):
+    """Will own prices, costs, spend caps and credit notices."""
 
     def handle(self, message: object, reply: Reply) -> object:
-        """Refuse messages: the breaker is not implemented yet."""
-        raise NotImplementedError("the rate-limit breaker is not implemented yet")
+        """Refuse messages: pricing is not implemented yet."""
+        raise NotImplementedError("pricing is not implemented yet")

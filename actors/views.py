@@ -1,41 +1,41 @@
-"""The daemon's derived views: sessions, the usage ledger, and credentials.
+"""The daemon's derived views: sessions, calls and their ledger, credentials, rate limits.
 
 Each is a :class:`~sessionwarden.store.Projection`, applied by the store's writer in the
 same transaction as the events it folds, and rebuilt identically by ``replay``. ``apply``
-only reads the events it is given and its own tables: no clock, no environment. They
-double as the actors' snapshots: an actor recovering after a restart or passivation reads
-its state from here instead of folding its whole stream.
+only reads the events it is given and its own tables: no clock, no environment, no other
+view's tables (views are applied one after another over a batch, so another view's rows
+may not yet reflect the batch). They double as the actors' snapshots: an actor recovering
+after a restart or passivation loads its state from here instead of folding its streams.
 """
 
 from collections.abc import Sequence
 
 import apsw
+from sessionwarden.domain.session import session_id_of
 from sessionwarden.events import (
     CODEC,
     CallAdmitted,
+    CallCompleted,
+    CallRefused,
     CredentialAdded,
     CredentialRemoved,
-    LeaseAcquired,
-    LeaseReleased,
+    RateLimitsObserved,
     SessionStarted,
-    UpstreamResponded,
-    UsageRecorded,
 )
 from sessionwarden.store import RecordedEvent
 
-__all__ = ["CredentialsView", "LedgerView", "SessionsView"]
+__all__ = ["CredentialsView", "LedgerView", "RateLimitsView", "SessionsView"]
 
-_SESSION_TYPES = frozenset(
-    {SessionStarted.type_tag(), CallAdmitted.type_tag(), UpstreamResponded.type_tag()}
-)
-_CREDENTIAL_TYPES = frozenset(
-    t.type_tag() for t in (CredentialAdded, CredentialRemoved, LeaseAcquired, LeaseReleased)
-)
-_USAGE = UsageRecorded.type_tag()
+_STARTED = SessionStarted.type_tag()
+_ADMITTED = CallAdmitted.type_tag()
+_REFUSED = CallRefused.type_tag()
+_COMPLETED = CallCompleted.type_tag()
+_CREDENTIAL_TYPES = frozenset({CredentialAdded.type_tag(), CredentialRemoved.type_tag(),
+                               _COMPLETED})
 
 
 class SessionsView:
-    """``view_sessions``: one row per session with its calls and last upstream status."""
+    """``view_sessions``: one row per session: its calls, refusals and last outcome."""
 
     name = "sessions"
     tables: tuple[str, ...] = ("view_sessions",)
@@ -46,87 +46,119 @@ class SessionsView:
             "CREATE TABLE IF NOT EXISTS view_sessions ("
             " session_id TEXT PRIMARY KEY, model TEXT NOT NULL, client TEXT NOT NULL,"
             " started_at TEXT NOT NULL, last_at TEXT NOT NULL, calls INTEGER NOT NULL,"
-            " last_status INTEGER, last_credential TEXT, last_latency_ms REAL)"
+            " refused INTEGER NOT NULL, last_status INTEGER, last_outcome TEXT,"
+            " last_credential TEXT, last_latency_ms REAL)"
         )
 
     def apply(self, conn: apsw.Connection, events: Sequence[RecordedEvent]) -> None:
         """Fold session events."""
         for e in events:
-            if e.type not in _SESSION_TYPES:
+            kind = e.type
+            if kind not in (_ADMITTED, _COMPLETED, _STARTED, _REFUSED):
                 continue
-            event = CODEC.decode(e.type, e.data)
-            if isinstance(event, SessionStarted):
-                conn.execute(
-                    "INSERT OR IGNORE INTO view_sessions"
-                    " VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, NULL)",
-                    (event.session_id, event.model, event.client, e.recorded_at, e.recorded_at),
-                )
-            elif isinstance(event, CallAdmitted):
+            session_id = session_id_of(e.stream)
+            if session_id is None:
+                continue
+            event = CODEC.decode(kind, e.data)
+            if isinstance(event, CallAdmitted):
                 conn.execute(
                     "UPDATE view_sessions SET calls = calls + 1, model = ?, last_at = ?"
                     " WHERE session_id = ?",
-                    (event.model, e.recorded_at, event.session_id),
+                    (f"{event.provider}/{event.model}", e.recorded_at, session_id),
                 )
-            elif isinstance(event, UpstreamResponded):
+            elif isinstance(event, CallCompleted):
                 conn.execute(
-                    "UPDATE view_sessions SET last_status = ?, last_credential = ?,"
-                    " last_latency_ms = ?, last_at = ? WHERE session_id = ?",
-                    (event.status, event.credential, event.latency_ms, e.recorded_at,
-                     event.session_id),
+                    "UPDATE view_sessions SET last_status = ?, last_outcome = ?,"
+                    " last_credential = ?, last_latency_ms = ?, last_at = ?"
+                    " WHERE session_id = ?",
+                    (event.status, event.outcome, event.credential, event.latency_ms,
+                     e.recorded_at, session_id),
+                )
+            elif isinstance(event, SessionStarted):
+                conn.execute(
+                    "INSERT OR IGNORE INTO view_sessions VALUES"
+                    " (?, ?, ?, ?, ?, 0, 0, NULL, NULL, NULL, NULL)",
+                    (session_id, event.model, event.client, e.recorded_at, e.recorded_at),
+                )
+            elif isinstance(event, CallRefused):
+                conn.execute(
+                    "UPDATE view_sessions SET refused = refused + 1, last_at = ?"
+                    " WHERE session_id = ?", (e.recorded_at, session_id),
                 )
 
 
 class LedgerView:
-    """``view_ledger``: one row per proxied call with its canonical usage and cost."""
+    """``view_calls_open`` (admitted, not yet completed) and ``view_ledger`` (completed).
+
+    A call's row moves from the first to the second at its completion; what admission
+    knew (provider, model, stream) comes along, so the completion need not repeat it.
+    """
 
     name = "ledger"
-    tables: tuple[str, ...] = ("view_ledger",)
+    tables: tuple[str, ...] = ("view_calls_open", "view_ledger")
 
     def create(self, conn: apsw.Connection) -> None:
-        """Create ``view_ledger`` and the indexes ``usage`` groups by."""
+        """Create both tables and the indexes ``usage`` groups by."""
         conn.execute(
+            "CREATE TABLE IF NOT EXISTS view_calls_open ("
+            " call_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, provider TEXT NOT NULL,"
+            " model TEXT NOT NULL, estimated_tokens INTEGER NOT NULL,"
+            " stream INTEGER NOT NULL, admitted_at TEXT NOT NULL);"
             "CREATE TABLE IF NOT EXISTS view_ledger ("
             " call_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, session_id TEXT NOT NULL,"
             " provider TEXT NOT NULL, model TEXT NOT NULL, credential TEXT NOT NULL,"
-            " status INTEGER NOT NULL, input_tokens INTEGER NOT NULL,"
+            " status INTEGER NOT NULL, outcome TEXT NOT NULL, input_tokens INTEGER NOT NULL,"
             " output_tokens INTEGER NOT NULL, cache_read_tokens INTEGER NOT NULL,"
             " cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,"
             " source TEXT NOT NULL, cost TEXT, cost_status TEXT NOT NULL,"
-            " recorded_at TEXT NOT NULL, day TEXT NOT NULL, stream INTEGER NOT NULL,"
-            " client_disconnected INTEGER NOT NULL);"
+            " recorded_at TEXT NOT NULL, day TEXT NOT NULL, stream INTEGER NOT NULL);"
             "CREATE INDEX IF NOT EXISTS view_ledger_session ON view_ledger (session_id);"
             "CREATE INDEX IF NOT EXISTS view_ledger_recorded ON view_ledger (recorded_at);"
         )
 
     def apply(self, conn: apsw.Connection, events: Sequence[RecordedEvent]) -> None:
-        """Fold ``UsageRecorded`` events."""
-        rows = []
+        """Fold CallAdmitted and CallCompleted."""
         for e in events:
-            if e.type != _USAGE:
+            kind = e.type
+            if kind != _ADMITTED and kind != _COMPLETED:
                 continue
-            u = CODEC.decode(e.type, e.data)
-            assert isinstance(u, UsageRecorded)
-            rows.append(
-                (u.call_id, e.seq, u.session_id, u.provider, u.model, u.credential, u.status,
-                 u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens,
-                 u.reasoning_tokens, u.source, u.cost, u.cost_status, e.recorded_at,
-                 e.recorded_at[:10], int(u.stream), int(u.client_disconnected))
-            )
-        if rows:
-            # A call has exactly one UsageRecorded (its idempotency key guarantees it);
-            # IGNORE keeps a replay identical even if a foreign writer broke that rule.
-            conn.executemany(
+            session_id = session_id_of(e.stream)
+            if session_id is None:
+                continue
+            event = CODEC.decode(kind, e.data)
+            if isinstance(event, CallAdmitted):
+                conn.execute(
+                    "INSERT OR IGNORE INTO view_calls_open VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (event.call_id, session_id, event.provider, event.model,
+                     event.estimated_tokens, int(event.stream), e.recorded_at),
+                )
+                continue
+            assert isinstance(event, CallCompleted)
+            row = conn.execute(
+                "SELECT provider, model, stream FROM view_calls_open WHERE call_id = ?",
+                (event.call_id,),
+            ).fetchone()
+            provider, model, stream = row if row is not None else ("", "", 0)
+            # A call has one completion (its idempotency key guarantees it); IGNORE keeps
+            # a replay identical even if a foreign writer broke that rule.
+            conn.execute(
                 "INSERT OR IGNORE INTO view_ledger VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
+                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 'unknown', ?, ?, ?)",
+                (event.call_id, e.seq, session_id, provider, model, event.credential,
+                 event.status, event.outcome, event.input_tokens, event.output_tokens,
+                 event.cache_read_tokens, event.cache_write_tokens, event.reasoning_tokens,
+                 event.source, e.recorded_at, e.recorded_at[:10], stream),
             )
+            if row is not None:
+                conn.execute("DELETE FROM view_calls_open WHERE call_id = ?", (event.call_id,))
 
 
 class CredentialsView:
-    """``view_credentials``: each key (by fingerprint), its lease count and last status.
+    """``view_credentials``: each key (by fingerprint), the calls it served, its last status.
 
-    Active leases are not a view: they die with the process, so only the pool actor's
-    memory knows them.
+    Leases in flight are not a view: they die with the process, so only the pool actor's
+    memory knows them. A completion names its key by fingerprint alone; every entry with
+    that fingerprint counts it, since two entries holding the same secret are one key.
     """
 
     name = "credentials"
@@ -137,18 +169,24 @@ class CredentialsView:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS view_credentials ("
             " provider TEXT NOT NULL, fingerprint TEXT NOT NULL, ref TEXT NOT NULL,"
-            " state TEXT NOT NULL, leases INTEGER NOT NULL,"
+            " state TEXT NOT NULL, calls INTEGER NOT NULL,"
             " last_status INTEGER, changed_at TEXT NOT NULL,"
             " PRIMARY KEY (provider, fingerprint))"
         )
 
     def apply(self, conn: apsw.Connection, events: Sequence[RecordedEvent]) -> None:
-        """Fold credential events."""
+        """Fold credential events and the key outcome of completions."""
         for e in events:
             if e.type not in _CREDENTIAL_TYPES:
                 continue
             event = CODEC.decode(e.type, e.data)
-            if isinstance(event, CredentialAdded):
+            if isinstance(event, CallCompleted):
+                if event.credential:
+                    conn.execute(
+                        "UPDATE view_credentials SET calls = calls + 1, last_status = ?"
+                        " WHERE fingerprint = ?", (event.status, event.credential),
+                    )
+            elif isinstance(event, CredentialAdded):
                 conn.execute(
                     "INSERT INTO view_credentials VALUES (?, ?, ?, 'active', 0, NULL, ?)"
                     " ON CONFLICT (provider, fingerprint) DO UPDATE SET state = 'active',"
@@ -161,15 +199,36 @@ class CredentialsView:
                     " WHERE provider = ? AND fingerprint = ?",
                     (e.recorded_at, event.provider, event.fingerprint),
                 )
-            elif isinstance(event, LeaseAcquired):
-                conn.execute(
-                    "UPDATE view_credentials SET leases = leases + 1"
-                    " WHERE provider = ? AND fingerprint = ?",
-                    (event.provider, event.fingerprint),
-                )
-            elif isinstance(event, LeaseReleased):
-                conn.execute(
-                    "UPDATE view_credentials SET last_status = ?"
-                    " WHERE provider = ? AND fingerprint = ?",
-                    (event.status, event.provider, event.fingerprint),
-                )
+
+
+class RateLimitsView:
+    """``view_ratelimits``: the last recorded buckets of each key of each provider."""
+
+    name = "ratelimits"
+    tables: tuple[str, ...] = ("view_ratelimits",)
+
+    def create(self, conn: apsw.Connection) -> None:
+        """Create ``view_ratelimits``."""
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS view_ratelimits ("
+            " provider TEXT NOT NULL, credential TEXT NOT NULL, bucket TEXT NOT NULL,"
+            " lim INTEGER, remaining INTEGER, reset_seconds REAL, observed_at TEXT NOT NULL,"
+            " PRIMARY KEY (provider, credential, bucket)) WITHOUT ROWID"
+        )
+
+    def apply(self, conn: apsw.Connection, events: Sequence[RecordedEvent]) -> None:
+        """Replace a key's buckets with each observation."""
+        tag = RateLimitsObserved.type_tag()
+        for e in events:
+            if e.type != tag or not e.stream.startswith("ratelimits-"):
+                continue
+            event = CODEC.decode(tag, e.data)
+            assert isinstance(event, RateLimitsObserved)
+            provider = e.stream[len("ratelimits-"):]
+            conn.execute("DELETE FROM view_ratelimits WHERE provider = ? AND credential = ?",
+                         (provider, event.credential))
+            conn.executemany(
+                "INSERT OR REPLACE INTO view_ratelimits VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(provider, event.credential, b.name, b.limit, b.remaining, b.reset_seconds,
+                  e.recorded_at) for b in event.buckets],
+            )

@@ -1,127 +1,153 @@
-"""One proxied call's record: what the proxy knows about it, and how its outcome is logged.
+"""A proxied call's two steps through the actors: admission, then completion.
 
-:func:`record_call` is the single place a call's outcome enters the log: the upstream
-response (status, latency, rate-limit headers) and exactly one UsageRecorded, committed
-together; it releases the call's key first and returns only once both are durable. It
-runs at most once per call, whichever path (normal end, upstream error, client gone,
-shutdown) gets there first.
+:func:`admit` asks the session's actor to run the admission pipeline. When a stage needs
+work it cannot do purely (a summary from a model, say), the actor answers
+:class:`~sessionwarden.actors.messages.NeedsWork`; the work is done here, on the event
+loop, by the runtime's performer for that kind of work, and admission resumes with the
+result. The event loop never blocks on an actor.
+
+:func:`complete` records how the call ended: it gives the key back, then sends the
+outcome through the rate guard to the session's actor, which appends the completion (and
+any rate-limit observation) in one atomic append and replies once it is durable. An
+actor that is restarting does not lose the record: the completion is retried, on its
+successor, until a deadline (the idempotency key makes a retry that races the first
+attempt harmless). It runs at most once per call, whichever path (normal end, upstream
+error, client gone, shutdown) gets there first.
 """
 
+import asyncio
+import base64
+import os
 import time
-import uuid
-from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
 from loguru import logger
 from sessionwarden.actors.bridge import ask
-from sessionwarden.actors.errors import ActorUnavailable, UsageRejected
-from sessionwarden.actors.messages import Leased, RecordUsage, Release, Responded
-from sessionwarden.actors.ratelimits import parse_rate_limits
-from sessionwarden.actors.usage import CanonicalUsage, estimate_usage
-from sessionwarden.actors.usage import normalise_usage as normalise
-from sessionwarden.cmd.config import ProviderConfig
+from sessionwarden.actors.errors import ActorUnavailable
+from sessionwarden.actors.messages import (
+    Abandon,
+    AdmissionGranted,
+    AdmissionRefused,
+    Admit,
+    Complete,
+    Leased,
+    NeedsWork,
+    Release,
+    Resume,
+)
 from sessionwarden.cmd.runtime import Runtime
-from sessionwarden.events import RateLimitBucketSeen, UpstreamResponded, UsageRecorded
-from sessionwarden.redact import default_redactor
+from sessionwarden.config import ProviderConfig
+from sessionwarden.domain.calls import CallOutcome, CallRequest
+from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.store.errors import StoreError
 
-__all__ = ["ProxiedCall", "record_call", "release_key", "short"]
+__all__ = ["ProxiedCall", "admit", "complete", "new_call_id", "release_key"]
 
-_encode = msgspec.json.Encoder().encode
+#: How long a completion keeps trying to reach a (restarting) actor.
+COMPLETE_DEADLINE_S = 30.0
+
+
+def new_call_id() -> str:
+    """A fresh call id: 16 characters of base32 (80 random bits)."""
+    return base64.b32encode(os.urandom(10)).decode().lower()
 
 
 class ProxiedCall:
     """What the proxy knows about one call while it is in flight."""
 
-    __slots__ = ("call_id", "lease", "messages", "model", "provider", "recorded", "session_id",
+    __slots__ = ("call_id", "lease", "model", "provider", "recorded", "session_id",
                  "started", "stream")
 
-    def __init__(self, session_id: str, provider: ProviderConfig, model: str, messages: Any,
+    def __init__(self, session_id: str, provider: ProviderConfig, model: str,
                  stream: bool) -> None:
-        self.call_id = uuid.uuid4().hex
+        """A new call of ``session_id`` to ``provider``'s ``model``."""
+        self.call_id = new_call_id()
         self.session_id = session_id
         self.provider = provider
         self.model = model
-        self.messages = messages
         self.stream = stream
         self.lease: Leased | None = None
         self.recorded = False
         self.started = time.perf_counter()
 
+    def outcome(self, outcome: str, **facts: Any) -> CallOutcome:
+        """The call's outcome with ``facts`` (status, usage, …) and its latency so far."""
+        return CallOutcome(
+            call_id=self.call_id, session_id=self.session_id, outcome=outcome,
+            provider=self.provider.name, api_mode=self.provider.api_mode,
+            latency_ms=(time.perf_counter() - self.started) * 1000,
+            credential=self.lease.fingerprint if self.lease else "", **facts,
+        )
 
-def release_key(rt: Runtime, call: ProxiedCall, status: int) -> None:
-    """Give the call's key back to the pool (once)."""
+
+async def admit(rt: Runtime, request: CallRequest) -> AdmissionGranted | AdmissionRefused:
+    """Run the call through its session's admission pipeline, doing any work it needs.
+
+    Raises:
+        ActorUnavailable: the session's actor is not running or did not answer.
+    """
+    session_id, call_id = request.session_id, request.call_id
+    reply = await ask(rt.session_ref(session_id), Admit(request))
+    try:
+        while isinstance(reply, NeedsWork):
+            perform = rt.performers.get(type(reply.work))
+            if perform is None:
+                raise ActorUnavailable(f"no performer for {type(reply.work).__name__}")
+            result = await perform(reply.work)
+            reply = await ask(rt.session_ref(session_id), Resume(session_id, call_id, result))
+    except BaseException:
+        if isinstance(reply, NeedsWork):  # the actor would wait for a resume for ever
+            try:
+                rt.session_ref(session_id).tell(Abandon(call_id))
+            except Exception:
+                pass
+        raise
+    assert isinstance(reply, AdmissionGranted | AdmissionRefused), reply
+    return reply
+
+
+def release_key(rt: Runtime, call: ProxiedCall) -> None:
+    """Give the call's key back to the pool (at most once; the pool's count is memory)."""
     lease = call.lease
     if lease is not None:
-        call.lease = None
         try:
-            rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint, call.call_id,
-                                               status))
+            rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint))
         except Exception:
             logger.warning("call {}: could not release its key", call.call_id)
 
 
-async def record_call(
-    rt: Runtime, call: ProxiedCall, status: int, headers: dict[str, str], usage_block: object,
-    *, output: object = None, error: str = "", has_output: bool = False,
-    disconnected: bool = False,
-) -> None:
-    """Record the upstream response and the call's usage; return once durable.
+async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool:
+    """Record ``outcome`` durably; True once it is (or already was) in the log.
 
-    Runs at most once per call, whichever path (normal end, error, cancellation) gets
-    there first.
+    False means the record could not be written before the deadline: the call stays open
+    in its session, and the next start completes it as ``unknown``.
     """
     if call.recorded:
-        return
+        return True
     call.recorded = True
-    latency_ms = round((time.perf_counter() - call.started) * 1000, 3)
-    credential = call.lease.fingerprint if call.lease else ""
-    limits = parse_rate_limits(headers, datetime.now(UTC)) if headers else None
-    responded = UpstreamResponded(
-        call_id=call.call_id, session_id=call.session_id, status=status, latency_ms=latency_ms,
-        credential=credential,
-        rate_limits=tuple(
-            RateLimitBucketSeen(b.name, b.limit, b.remaining, b.reset_seconds)
-            for b in (limits.buckets if limits else ())
-        ),
-        retry_after_seconds=limits.retry_after_seconds if limits else None,
-        error=error,
-    )
-    usage, flags = _usage(call, usage_block, output, has_output)
-    raw = ""
-    if usage_block is not None:
-        raw = short(default_redactor.redact(_encode(usage_block).decode()), 2000)
-    record = UsageRecorded(
-        call_id=call.call_id, session_id=call.session_id, provider=call.provider.name,
-        model=call.model, credential=credential, status=status,
-        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens,
-        reasoning_tokens=usage.reasoning_tokens, source=usage.source, raw_usage=raw,
-        flags=flags, stream=call.stream, client_disconnected=disconnected,
-    )
-    release_key(rt, call, status)
-    try:
-        await ask(rt.session_ref(call.session_id), Responded(responded, record), timeout=60.0)
-    except ActorUnavailable:
-        # The session shard is restarting: the usage row matters most, record it directly.
-        logger.warning("call {}: session actor unavailable; response not recorded", call.call_id)
-        await ask(rt.ref("ledger"), RecordUsage(record), timeout=60.0)
-
-
-def _usage(
-    call: ProxiedCall, block: object, output: object, has_output: bool
-) -> tuple[CanonicalUsage, tuple[str, ...]]:
-    if not has_output:
-        return CanonicalUsage(source="missing"), ()
-    try:
-        usage = normalise(call.provider.api_mode, block)
-    except UsageRejected as exc:
-        return estimate_usage(call.messages, output), (f"rejected:{exc.field or 'usage'}",)
-    if usage.source == "missing":
-        return estimate_usage(call.messages, output), ("usage_missing",)
-    return usage, tuple(usage.flags)
-
-
-def short(text: str, limit: int = 300) -> str:
-    """``text`` cut to ``limit`` characters."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    release_key(rt, call)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + COMPLETE_DEADLINE_S
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            if attempt == 1:
+                await ask(rt.ref("rateguard"), Complete(outcome), timeout=10.0)
+            else:  # the rate guard may be the one in trouble: go straight to the session
+                await ask(rt.session_ref(call.session_id), Complete(outcome), timeout=10.0)
+            return True
+        except UnknownCall:
+            if attempt > 1:
+                return True  # an earlier attempt was recorded after all
+            logger.error("call {}: its session does not know it as open", call.call_id)
+            return False
+        except (ActorUnavailable, StoreError) as exc:
+            # A store failure restarts the session's actor from the log, where the call
+            # is still open: a later attempt can succeed.
+            if loop.time() >= deadline or rt.stopping:
+                logger.error("call {}: completion not recorded: {}", call.call_id, exc)
+                return False
+            logger.warning("call {}: completion attempt {} failed ({}); retrying",
+                           call.call_id, attempt, exc)
+            await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))

@@ -124,7 +124,7 @@ def run_replay(args: argparse.Namespace, db: Path) -> int:
 def run_demo(args: argparse.Namespace, db: Path) -> int:
     """Append a short session's worth of events, then verify the whole log."""
     session = f"demo-{uuid.uuid4().hex[:8]}"
-    started = CODEC.encode(SessionStarted(session_id=session, model="demo/gpt-4.1-mini"))
+    started = CODEC.encode(SessionStarted(model="demo/gpt-4.1-mini", client="sessionwarden demo"))
     key = CODEC.encode(
         CredentialAdded(provider="demo", ref="env:DEMO_KEY", fingerprint="fp:000000000000")
     )

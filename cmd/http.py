@@ -8,25 +8,22 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 import msgspec
+from sessionwarden.cmd.errors import BodyTooLarge
 
 __all__ = [
     "ASGIReceive",
     "ASGISend",
-    "BodyTooLarge",
     "header_map",
     "read_body",
     "send_error",
     "send_json",
+    "sse_error",
 ]
 
 ASGIReceive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 ASGISend = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _encode = msgspec.json.Encoder().encode
-
-
-class BodyTooLarge(Exception):
-    """The request body exceeds the configured cap."""
 
 
 def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -88,3 +85,9 @@ async def send_error(
     await send_json(
         send, status, {"error": {"message": message, "type": kind, "code": code}}, headers
     )
+
+
+def sse_error(message: str, kind: str, code: str) -> bytes:
+    """An OpenAI-style error as a server-sent event, to end a stream that went wrong."""
+    body = _encode({"error": {"message": message, "type": kind, "code": code}})
+    return b"data: " + body + b"\n\n"

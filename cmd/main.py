@@ -17,6 +17,7 @@ from sessionwarden.cmd.cli_log import add_log_commands
 from sessionwarden.cmd.cli_usage import add_usage_commands
 from sessionwarden.cmd.daemon import add_daemon_command
 from sessionwarden.cmd.errors import CommandError
+from sessionwarden.config import ConfigError
 from sessionwarden.errors import SessionwardenError
 from sessionwarden.store import default_db_path
 from sessionwarden.store.errors import CorruptStore, StoreUnavailable
@@ -26,6 +27,8 @@ __all__ = ["build_parser", "main"]
 #: Exit code for a database that cannot be opened or is corrupt (EX_IOERR / EX_DATAERR).
 EXIT_UNAVAILABLE = 74
 EXIT_CORRUPT = 65
+#: Exit code for an invalid configuration (EX_CONFIG).
+EXIT_CONFIG = 78
 
 
 def _common_options(default_db: object, default_debug: object) -> argparse.ArgumentParser:
@@ -78,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"sessionwarden: {exc}", file=sys.stderr)
         code = exc.exit_code
+    except ConfigError as exc:
+        print(f"sessionwarden: {exc}", file=sys.stderr)
+        code = EXIT_CONFIG
     except CorruptStore as exc:
         print(f"sessionwarden: {exc}", file=sys.stderr)
         code = EXIT_CORRUPT

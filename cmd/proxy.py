@@ -1,60 +1,59 @@
 """The OpenAI-compatible proxy: ``POST /v1/chat/completions``, plain and streaming.
 
-One call, in order: parse and validate the body; admit it to its session (told, not
-awaited) and lease a key; forward it upstream with the leased key and ``include_usage``
-forced on streams; relay the response unchanged (a stream chunk for chunk, minus the
-usage chunk the client did not ask for); then ``record_call`` (``cmd/calls.py``) releases
-the key and records the upstream response and exactly one UsageRecorded. The response's
-last bytes — the whole body, or a stream's ``[DONE]`` — are held until the ledger row is
-committed, so every call that returned to a client is in the ledger even if the daemon
-dies the next instant. When the client
-disconnects mid-stream, the upstream is drained (bounded) for its usage and the row is
-written all the same, marked ``client_disconnected``.
+The HTTP layer orchestrates; it parses no wire format itself (the adapters of
+``sessionwarden.upstream`` do) and decides no policy (the domain does, inside the actors).
+One call, in order:
+
+1. the route's adapter reads the body into a payload and its wire-neutral shape; the
+   model names a provider (404 if none, 501 for a wire format the proxy cannot speak);
+2. admission (``cmd/calls.py``) and a key lease are asked for at once; admission runs
+   the pipeline and replies once CallAdmitted (or CallRefused) is durable, so nothing is
+   sent upstream that is not recorded;
+3. the provider's adapter builds the upstream body (usage always requested on streams),
+   and the upstream client sends it with the leased key;
+4. the response is relayed (a stream chunk for chunk, minus the usage chunk the client did
+   not ask for), holding back its last bytes (the whole body, or a stream's ``[DONE]``);
+5. the completion is recorded — one atomic append — and only then are the last bytes
+   sent: every call that returned to a client is in the ledger, even if the daemon dies
+   the next instant. A record that cannot be written turns into a 503 (a stream ends
+   with an error event instead of ``[DONE]``).
+
+When the client disconnects mid-stream, the upstream is drained (up to
+``[daemon] drain_timeout_s``) for its usage and the call is recorded all the same.
 """
 
 import asyncio
 import re
-from collections.abc import Mapping
-from typing import Any
 
 import aiohttp
-import msgspec
-import pykka
 from loguru import logger
-from sessionwarden.actors.bridge import ask
-from sessionwarden.actors.errors import ActorUnavailable, NoCredential
-from sessionwarden.actors.messages import Admit, Lease
-from sessionwarden.actors.usage import estimate_tokens
-from sessionwarden.cmd.calls import ProxiedCall, record_call, short
-from sessionwarden.cmd.config import find_model
-from sessionwarden.cmd.errors import UnknownModel
-from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error
+from sessionwarden.actors.bridge import request, wait
+from sessionwarden.actors.errors import ActorUnavailable
+from sessionwarden.actors.messages import AdmissionRefused, Lease, Leased
+from sessionwarden.cmd.calls import ProxiedCall, admit, complete, release_key
+from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.runtime import Runtime
-from sessionwarden.events import (
-    CallAdmitted,
-)
+from sessionwarden.config import UnknownModel, find_model
+from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.errors import NoCredential
+from sessionwarden.domain.ratelimits import rate_limit_headers
 from sessionwarden.redact import default_redactor
+from sessionwarden.upstream import adapter_for
+from sessionwarden.upstream.chat_completions import ChatCompletions, ChatStream
+from sessionwarden.upstream.client import DROP_DOWN, forwarded_headers
+from sessionwarden.upstream.errors import EventTooLarge, MalformedRequest
 
 __all__ = ["IMPLICIT_SESSION", "chat_completions"]
 
 IMPLICIT_SESSION = "implicit"
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
-_DRAIN_AFTER_DISCONNECT_S = 30.0
+_CLIENT_WIRE = ChatCompletions()
+_NOT_RECORDED = ("sessionwarden could not record this call (its event log or actors are "
+                 "unavailable); the upstream may have processed it")
 
-_decode = msgspec.json.Decoder().decode
-_encode = msgspec.json.Encoder().encode
 
-# Never forwarded upstream: ours (auth, session), hop-by-hop, or recomputed by the client.
-_DROP_UP = frozenset({
-    "host", "authorization", "x-api-key", "api-key", "proxy-authorization", "cookie",
-    "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
-    "x-session-id", "accept-encoding",
-})
-# Never relayed to the client: hop-by-hop, or describing a body encoding we undid.
-_DROP_DOWN = frozenset({
-    "content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding",
-    "server", "date",
-})
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 async def chat_completions(
@@ -62,22 +61,9 @@ async def chat_completions(
 ) -> None:
     """Serve one chat-completions request (the body has been read and size-checked)."""
     try:
-        payload = _decode(body)
-    except msgspec.DecodeError as exc:
-        await send_error(send, 400, f"malformed JSON body: {short(str(exc))}")
-        return
-    except RecursionError:
-        await send_error(send, 400, "malformed JSON body: nested too deeply")
-        return
-    if not isinstance(payload, dict):
-        await send_error(send, 400, "the body must be a JSON object")
-        return
-    model_name, messages = payload.get("model"), payload.get("messages")
-    if not isinstance(model_name, str) or not model_name:
-        await send_error(send, 400, "'model' must be a non-empty string", code="invalid_model")
-        return
-    if not isinstance(messages, list):
-        await send_error(send, 400, "'messages' must be a list")
+        payload, shape = _CLIENT_WIRE.read_request(body)
+    except MalformedRequest as exc:
+        await send_error(send, 400, str(exc), code=exc.code or None)
         return
     session_id = headers.get("x-session-id", IMPLICIT_SESSION)
     if not _SESSION_ID.fullmatch(session_id):
@@ -86,128 +72,132 @@ async def chat_completions(
         )
         return
     try:
-        provider, upstream_model = find_model(rt.config, model_name)
+        provider, upstream_model = find_model(rt.config, shape.model)
     except UnknownModel as exc:
         await send_error(send, 404, str(exc), code="model_not_found")
         return
-    if provider.api_mode != "chat_completions":
+    adapter = adapter_for(provider.api_mode)
+    if adapter is None:
         await send_error(send, 501, f"provider {provider.name!r} uses api_mode "
                          f"{provider.api_mode!r}, which the proxy cannot translate yet")
         return
-    stream = payload.get("stream") is True
-    call = ProxiedCall(session_id, provider, upstream_model, messages, stream)
-    admit = Admit(
-        CallAdmitted(
-            call_id=call.call_id, session_id=session_id, provider=provider.name,
-            model=upstream_model, message_count=len(messages),
-            estimated_tokens=estimate_tokens(messages), stream=stream,
-        ),
-        headers.get("user-agent", "")[:200],
+    call = ProxiedCall(session_id, provider, upstream_model, shape.stream)
+    call_request = CallRequest(
+        call_id=call.call_id, session_id=session_id, provider=provider.name,
+        model=upstream_model, api_mode=provider.api_mode, shape=shape, body=payload,
+        client=headers.get("user-agent", "")[:200],
     )
-    # Admission is told, not asked: the shard's mailbox is FIFO, so CallAdmitted is
-    # queued before this call's UpstreamResponded whatever happens, and the call does not
-    # wait for it. Only the key is worth waiting for.
+    # The key is asked for while admission runs: neither waits for the other.
     try:
-        rt.session_ref(session_id).tell(admit)
-    except pykka.ActorDeadError:
-        logger.warning("call {}: session actor restarting; admission not recorded", call.call_id)
+        leasing = request(rt.ref("credentials"), Lease(provider.name, call.call_id))
+    except ActorUnavailable:
+        leasing = None
     try:
-        call.lease = await ask(rt.ref("credentials"), Lease(provider.name, call.call_id))
+        verdict = await admit(rt, call_request)
+    except ActorUnavailable as exc:
+        _return_lease(rt, call, leasing)
+        logger.warning("call {}: not admitted: {}", call.call_id, exc)
+        await send_error(send, 503, "sessionwarden cannot admit calls right now (its session "
+                         "actor is unavailable); nothing was sent upstream",
+                         kind="server_error", code="unavailable")
+        return
+    if isinstance(verdict, AdmissionRefused):
+        _return_lease(rt, call, leasing)
+        await send_error(send, verdict.status, verdict.message, kind=verdict.kind,
+                         code=verdict.code or None)
+        return
+    try:
+        if leasing is None:
+            raise ActorUnavailable("the credential pool is not running")
+        call.lease = await wait(leasing)
     except (NoCredential, ActorUnavailable) as exc:
-        await record_call(rt, call, 503, {}, None, error=str(exc))
+        await complete(rt, call, call.outcome("no_credential", error=str(exc)))
         await send_error(send, 503, str(exc), kind="server_error", code="no_credential")
         return
     assert call.lease is not None
-
-    upstream = dict(payload)
-    upstream["model"] = upstream_model
-    injected = False
-    if stream:
-        options = upstream.get("stream_options")
-        options = dict(options) if isinstance(options, dict) else {}
-        injected = options.get("include_usage") is not True
-        options["include_usage"] = True
-        upstream["stream_options"] = options
-    out_headers = {k: v for k, v in headers.items() if k not in _DROP_UP}
-    out_headers["authorization"] = f"Bearer {call.lease.secret}"
-    out_headers["content-type"] = "application/json"
-    out_headers["accept-encoding"] = "identity"
+    upstream_body, injected = adapter.upstream_body(verdict.request)
+    out_headers = forwarded_headers(headers, adapter.auth_headers(call.lease.secret))
     try:
-        await _forward(rt, call, upstream, out_headers, injected, receive, send)
+        await _forward(rt, call, adapter, upstream_body, out_headers, injected, receive, send)
     except asyncio.CancelledError:
         # Cancelled before the relay could record (shutdown past its grace period).
-        await asyncio.shield(record_call(rt, call, 499, {}, None, error="cancelled at shutdown",
-                                     disconnected=True))
+        await asyncio.shield(complete(rt, call, call.outcome(
+            "cancelled", error="cancelled at shutdown")))
         raise
 
 
+def _return_lease(rt: Runtime, call: ProxiedCall, leasing: "asyncio.Future[Leased] | None"
+                  ) -> None:
+    """Give back the key of a call that will not be sent, whenever the lease arrives."""
+    if leasing is None:
+        return
+
+    def done(future: "asyncio.Future[Leased]") -> None:
+        if not future.cancelled() and future.exception() is None:
+            call.lease = future.result()
+            release_key(rt, call)
+
+    leasing.add_done_callback(done)
+
+
 async def _forward(
-    rt: Runtime, call: ProxiedCall, upstream: dict[str, Any], out_headers: dict[str, str],
-    injected: bool, receive: ASGIReceive, send: ASGISend,
+    rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, body: bytes,
+    out_headers: dict[str, str], injected: bool, receive: ASGIReceive, send: ASGISend,
 ) -> None:
-    provider = call.provider
     try:
-        response = await rt.http().post(
-            provider.base_url.rstrip("/") + "/chat/completions",
-            data=_encode(upstream), headers=out_headers,
-        )
+        response = await rt.upstream.post(call.provider, adapter.path, body, out_headers)
     except TimeoutError:
-        await _fail(rt, call, send, 504, "the upstream provider timed out")
+        await _fail(rt, call, send, "timeout", 504, "the upstream provider timed out")
         return
     except aiohttp.ClientError as exc:
         reason = f"the upstream provider is unreachable ({type(exc).__name__})"
-        await _fail(rt, call, send, 502, reason)
+        await _fail(rt, call, send, "unreachable", 502, reason)
         return
     try:
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if call.stream and response.status == 200 and is_sse:
-            await _relay_stream(rt, call, response, injected, receive, send)
+            await _relay_stream(rt, call, adapter.stream(injected), response, receive, send)
         else:
-            await _relay_plain(rt, call, response, send)
+            await _relay_plain(rt, call, adapter, response, send)
     finally:
         response.release()
 
 
 async def _relay_plain(
-    rt: Runtime, call: ProxiedCall, response: aiohttp.ClientResponse, send: ASGISend
+    rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, response: aiohttp.ClientResponse,
+    send: ASGISend,
 ) -> None:
     try:
         body = await response.read()
     except (aiohttp.ClientError, TimeoutError) as exc:
-        await _fail(rt, call, send, 502, f"the upstream response broke off ({type(exc).__name__})")
+        await _fail(rt, call, send, "truncated", 502,
+                    f"the upstream response broke off ({type(exc).__name__})",
+                    status=response.status)
         return
     status = response.status
-    usage_block: object = None
-    output: object = None
-    error = ""
+    limits = rate_limit_headers(response.headers)
     if status < 400:
-        try:
-            decoded = _decode(body)
-        except (msgspec.DecodeError, RecursionError):
-            decoded = None
-        if isinstance(decoded, dict):
-            usage_block = decoded.get("usage")
-            choices = decoded.get("choices")
-            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-                output = choices[0].get("message")
+        facts = adapter.read_response(body)
+        outcome = call.outcome("ok", status=status, usage_block=facts.usage_block,
+                               has_output=facts.has_output, output_chars=facts.output_chars,
+                               rate_limit_headers=limits)
     else:
         body = default_redactor.redact_bytes(body)
-        error = short(body.decode(errors="replace"))
-    await record_call(rt, call, status, _lower(response.headers), usage_block, output=output,
-                  error=error, has_output=status < 400)
+        outcome = call.outcome("upstream_error", status=status, rate_limit_headers=limits,
+                               error=_short(body.decode(errors="replace")))
+    if not await complete(rt, call, outcome):
+        await send_error(send, 503, _NOT_RECORDED, kind="server_error", code="not_recorded")
+        return
     await _start(send, status, response, call, len(body))
     await send({"type": "http.response.body", "body": body})
 
 
 async def _relay_stream(
-    rt: Runtime, call: ProxiedCall, response: aiohttp.ClientResponse, injected: bool,
+    rt: Runtime, call: ProxiedCall, reader: ChatStream, response: aiohttp.ClientResponse,
     receive: ASGIReceive, send: ASGISend,
 ) -> None:
     disconnected = asyncio.Event()
-    usage_block: object = None
-    text: list[str] = []
-    held = b""
-    buffer = b""
+    broke = ""
 
     async def forward(data: bytes) -> None:
         if disconnected.is_set() or not data:
@@ -217,11 +207,17 @@ async def _relay_stream(
         except Exception:  # the client went away between our check and the write
             disconnected.set()
 
-    async def record() -> None:
-        await record_call(
-            rt, call, 200, _lower(response.headers), usage_block, output="".join(text),
-            has_output=True, disconnected=disconnected.is_set(),
-        )
+    def outcome() -> str:
+        if disconnected.is_set():
+            return "client_disconnected"
+        return "ok" if reader.done and not broke else "truncated"
+
+    async def record() -> bool:
+        return await complete(rt, call, call.outcome(
+            outcome(), status=200, usage_block=reader.usage_block, has_output=True,
+            output_chars=reader.output_chars,
+            rate_limit_headers=rate_limit_headers(response.headers), error=broke,
+        ))
 
     loop = asyncio.get_running_loop()
     try:
@@ -234,84 +230,42 @@ async def _relay_stream(
                 while (await receive())["type"] != "http.disconnect":
                     pass
                 disconnected.set()
-                drain.reschedule(loop.time() + _DRAIN_AFTER_DISCONNECT_S)
+                drain.reschedule(loop.time() + rt.config.daemon.drain_timeout_s)
 
             watcher = asyncio.create_task(watch())
             try:
                 await _start(send, 200, response, call, None)
                 async for chunk in response.content.iter_any():
-                    buffer += chunk
-                    out = bytearray()
-                    while (cut := _event_end(buffer)) >= 0:
-                        event, buffer = buffer[:cut], buffer[cut:]
-                        data = _sse_data(event)
-                        if data == b"[DONE]":
-                            held += event
-                            continue
-                        keep = True
-                        parsed = _decode_or_none(data)
-                        if isinstance(parsed, dict):
-                            if parsed.get("usage") is not None:
-                                usage_block = parsed["usage"]
-                                keep = not (injected and not parsed.get("choices"))
-                            _collect_text(parsed, text)
-                        if held:  # nothing may follow [DONE]; keep order if something does
-                            held += event
-                        elif keep:
-                            out += event
-                    await forward(bytes(out))
-                    if disconnected.is_set() and usage_block is not None:
+                    await forward(reader.feed(chunk))
+                    if disconnected.is_set() and reader.usage_block is not None:
                         break
             finally:
                 watcher.cancel()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        logger.warning("call {}: upstream stream ended early: {}", call.call_id, type(exc).__name__)
+    except (aiohttp.ClientError, TimeoutError, EventTooLarge) as exc:
+        broke = _short(str(exc) if isinstance(exc, EventTooLarge) else type(exc).__name__)
+        logger.warning("call {}: upstream stream ended early: {}", call.call_id, broke)
     except asyncio.CancelledError:
         # The daemon is shutting down past its grace period: the call still gets its row.
         disconnected.set()
         await asyncio.shield(record())
         raise
     # Record before the last bytes go out: a client that saw [DONE] has its ledger row.
-    await asyncio.shield(record())
-    if not disconnected.is_set():
-        try:
-            await send({"type": "http.response.body", "body": held + buffer, "more_body": False})
-        except Exception:
-            pass
-
-
-def _decode_or_none(data: bytes | None) -> object:
-    if data is None:
-        return None
+    recorded = await asyncio.shield(record())
+    if disconnected.is_set():
+        return
+    if not recorded:
+        tail = sse_error(_NOT_RECORDED, "server_error", "not_recorded")
+    elif outcome() == "truncated":
+        # No [DONE] came: the client must not take a cut-off answer for a whole one. An
+        # unfinished event is dropped: relayed, it would only garble the error after it.
+        tail = reader.held + sse_error("the upstream stream ended before its end",
+                                       "upstream_error", "stream_truncated")
+    else:
+        tail = reader.rest()
     try:
-        return _decode(data)
-    except (msgspec.DecodeError, RecursionError):
-        return None
-
-
-def _event_end(buffer: bytes) -> int:
-    """Index just past the first complete SSE event in ``buffer``, or -1."""
-    a, b = buffer.find(b"\n\n"), buffer.find(b"\r\n\r\n")
-    if a < 0 and b < 0:
-        return -1
-    if b < 0 or (0 <= a < b):
-        return a + 2
-    return b + 4
-
-
-def _sse_data(event: bytes) -> bytes | None:
-    lines = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
-    return b"\n".join(lines) if lines else None
-
-
-def _collect_text(chunk: dict[str, Any], into: list[str]) -> None:
-    choices = chunk.get("choices")
-    if isinstance(choices, list):
-        for choice in choices:
-            delta = choice.get("delta") if isinstance(choice, dict) else None
-            content = delta.get("content") if isinstance(delta, dict) else None
-            if isinstance(content, str):
-                into.append(content)
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+    except Exception:
+        pass
 
 
 async def _start(
@@ -320,7 +274,7 @@ async def _start(
 ) -> None:
     headers = [
         (k.encode("latin-1"), v.encode("latin-1"))
-        for k, v in response.headers.items() if k.lower() not in _DROP_DOWN
+        for k, v in response.headers.items() if k.lower() not in DROP_DOWN
     ]
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
@@ -328,12 +282,7 @@ async def _start(
     await send({"type": "http.response.start", "status": status, "headers": headers})
 
 
-async def _fail(rt: Runtime, call: ProxiedCall, send: ASGISend, status: int, message: str) -> None:
-    await record_call(rt, call, status, {}, None, error=message)
-    await send_error(send, status, message, kind="upstream_error")
-
-
-def _lower(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k.lower(): v for k, v in headers.items()}
-
-
+async def _fail(rt: Runtime, call: ProxiedCall, send: ASGISend, kind: str, code: int,
+                message: str, status: int = 0) -> None:
+    await complete(rt, call, call.outcome(kind, status=status, error=message))
+    await send_error(send, code, message, kind="upstream_error")

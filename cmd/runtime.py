@@ -2,30 +2,43 @@
 
 :class:`Runtime` is built once by ``sessionwarden daemon`` and handed to the HTTP layer.
 Actors start in dependency order — CheckpointActor first (it must see every commit),
-then RateGuard, CredentialPool, UsageLedger, Compressor and the session shards — and stop
-in reverse, so the ledger and pool have flushed their appends before the final TRUNCATE
-checkpoint runs and the log closes.
+then CredentialPool, UsageLedger, Compressor, the session shards and the RateGuard
+(which forwards completions to the shards) — and stop in reverse, so completions stop
+arriving before the shards flush their appends, and everything is flushed before the
+final TRUNCATE checkpoint runs and the log closes.
+
+At start, before any request is served, :meth:`Runtime.start` completes every call that
+was admitted but never completed (the daemon died while it was in flight) with outcome
+``unknown``: it may have been sent and billed, and the ledger must say so.
 """
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pykka
+from loguru import logger
+from sessionwarden.actors.bridge import ask_blocking
 from sessionwarden.actors.checkpoint import CheckpointActor
 from sessionwarden.actors.credentials import CredentialPoolActor
-from sessionwarden.actors.ledger import UsageLedgerActor
-from sessionwarden.actors.messages import Committed
+from sessionwarden.actors.messages import Committed, Complete
+from sessionwarden.actors.rateguard import RateGuardActor
 from sessionwarden.actors.session import SessionActor, session_shard
-from sessionwarden.actors.shells import CompressorActor, RateGuardActor
+from sessionwarden.actors.shells import CompressorActor, UsageLedgerActor
 from sessionwarden.actors.supervisor import ActorSpec, Supervisor
-from sessionwarden.cmd.config import Config
+from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.config import Config
+from sessionwarden.domain.calls import CallOutcome
+from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.domain.stages import default_pipeline
 from sessionwarden.store import EventLog
+from sessionwarden.upstream.client import UpstreamClient
 
-__all__ = ["Runtime"]
+__all__ = ["Performer", "Runtime"]
 
+#: Does one kind of work an admission stage needs, on the event loop.
+Performer = Callable[[Any], Awaitable[Any]]
 
 
 class Runtime:
@@ -37,6 +50,7 @@ class Runtime:
         db_path: Path,
         environ: Mapping[str, str],
         *,
+        clock: Clock | None = None,
         session_shards: int = 4,
         max_sessions_per_shard: int = 2000,
         checkpoint_every: int = 50,
@@ -44,32 +58,36 @@ class Runtime:
     ) -> None:
         """Open the log; actors start in :meth:`start`."""
         self.config = config
+        self.clock = clock or SystemClock()
         # SQLite's own checkpoints stay on: they run between two commits, when the WAL is
         # fully backfilled, so the next commit restarts the WAL and overwrites blocks the
-        # file already has. Checkpoints from the CheckpointActor's connection alone never
-        # found that moment under steady appends; the WAL only grew, and fsync on a
-        # growing file cost ~20% of the commit rate (bench figures in ARCHITECTURE.md).
+        # file already has (bench figures in ARCHITECTURE.md, Checkpoints).
         self.log = EventLog(db_path, projections=default_projections())
         self.shards = session_shards
-        log = self.log
+        self.upstream = UpstreamClient()
+        #: Performers of the work admission stages may need, by the work's type.
+        self.performers: dict[type, Performer] = {}
+        self.stopping = False
+        log, clock_ = self.log, self.clock
+        pipeline = default_pipeline(config)
 
         specs = [
             ActorSpec("checkpoint", lambda f: CheckpointActor.start(
                 log, every=checkpoint_every, max_wal_bytes=max_wal_bytes, on_failure=f)),
-            ActorSpec("rateguard", lambda f: RateGuardActor.start(f)),
             ActorSpec("credentials", lambda f: CredentialPoolActor.start(
                 log, config.providers, environ, on_failure=f)),
-            ActorSpec("ledger", lambda f: UsageLedgerActor.start(log, on_failure=f)),
+            ActorSpec("ledger", lambda f: UsageLedgerActor.start(f)),
             ActorSpec("compressor", lambda f: CompressorActor.start(f)),
         ]
         specs += [
             ActorSpec(f"session-{i}", lambda f: SessionActor.start(
-                log, max_sessions=max_sessions_per_shard, on_failure=f,
-                ledger=lambda: self.supervisor.ref("ledger")))
+                log, pipeline=pipeline, clock=clock_, max_sessions=max_sessions_per_shard,
+                on_failure=f))
             for i in range(session_shards)
         ]
+        specs.append(ActorSpec("rateguard", lambda f: RateGuardActor.start(
+            log, self.session_ref, clock=clock_, on_failure=f)))
         self.supervisor = Supervisor(specs)
-        self._http: aiohttp.ClientSession | None = None
         # One subscription for the life of the log: it always reaches the current
         # CheckpointActor, so a restarted one needs no new listener.
         self.log.add_commit_listener(self._committed)
@@ -81,8 +99,33 @@ class Runtime:
             pass  # not started yet, or being restarted: the next commits count
 
     def start(self) -> None:
-        """Start every actor (each recovers its state from the log)."""
+        """Start every actor (each recovers its state from the log), then close orphans."""
         self.supervisor.start()
+        self.complete_orphans()
+
+    def complete_orphans(self) -> int:
+        """Complete, as ``unknown``, every call admitted by a process that died; count them.
+
+        Runs before the server accepts requests, so no call of this process is open yet:
+        every open call is an orphan.
+        """
+        rows = self.log.read_connection().execute(
+            "SELECT call_id, session_id, provider FROM view_calls_open ORDER BY admitted_at"
+        ).fetchall()
+        for row in rows:
+            call_id, session_id, provider = (str(v) for v in row)
+            outcome = CallOutcome(call_id=call_id, session_id=session_id, outcome="unknown",
+                                  provider=provider,
+                                  error="admitted before the daemon stopped; outcome unknown")
+            try:
+                ask_blocking(self.session_ref(session_id), Complete(outcome), timeout=30.0)
+            except UnknownCall:
+                pass  # completed meanwhile
+        if rows:
+            logger.warning("{} call(s) admitted before the last stop were never completed; "
+                           "recorded with outcome unknown (they may have been billed)",
+                           len(rows))
+        return len(rows)
 
     def session_ref(self, session_id: str) -> "pykka.ActorRef[Any]":
         """The shard that owns ``session_id``."""
@@ -92,27 +135,12 @@ class Runtime:
         """The current instance of actor ``name``."""
         return self.supervisor.ref(name)
 
-    def http(self) -> aiohttp.ClientSession:
-        """The upstream HTTP client, created on first use inside the event loop.
-
-        aiohttp rather than httpx: measured here, 0.37 ms against 0.93 ms per request to
-        the same local upstream, and the proxy's added latency budget is 3 ms.
-        """
-        if self._http is None:
-            self._http = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=600.0),
-                connector=aiohttp.TCPConnector(limit=512, ttl_dns_cache=300),
-                auto_decompress=False,
-                skip_auto_headers=("User-Agent",),
-            )
-        return self._http
-
     async def aclose(self) -> None:
-        """Close the upstream client (in the event loop, before :meth:`stop`)."""
-        if self._http is not None:
-            await self._http.close()
+        """Close the upstream connections (in the event loop, before :meth:`stop`)."""
+        await self.upstream.aclose()
 
     def stop(self) -> None:
         """Stop the actors in reverse order, then flush and close the log."""
+        self.stopping = True
         self.supervisor.stop()
         self.log.close()

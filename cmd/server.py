@@ -16,10 +16,10 @@ from typing import Any
 
 from loguru import logger
 from sessionwarden import __version__
+from sessionwarden.cmd.errors import BodyTooLarge
 from sessionwarden.cmd.http import (
     ASGIReceive,
     ASGISend,
-    BodyTooLarge,
     header_map,
     read_body,
     send_error,

@@ -2,32 +2,40 @@
 
 ``CODEC`` knows every current event class and every upcaster; stores and projections
 decode with it. To add an event type, see "How to add an event type" in ARCHITECTURE.md.
+
+``WITHDRAWN_TAGS`` are tags of the pre-release event schema that have no successor
+(their facts now live in ``session.call_completed.v1``). Only logs of store schema 2 hold
+them, and those are refused when opened, so the codec does not read them.
 """
 
 from sessionwarden.events.base import Event, parse_tag
 from sessionwarden.events.codec import EncodedEvent, EventCodec, Upcaster
 from sessionwarden.events.credentials import (
+    CREDENTIAL_UPCASTERS,
     CredentialAdded,
     CredentialRemoved,
-    LeaseAcquired,
-    LeaseReleased,
 )
 from sessionwarden.events.errors import EventDecodeError, EventError, UnknownEventType
+from sessionwarden.events.ratelimits import RateLimitBucketSeen, RateLimitsObserved
 from sessionwarden.events.session import (
+    OUTCOMES,
     SESSION_UPCASTERS,
     CallAdmitted,
-    RateLimitBucketSeen,
+    CallCompleted,
+    CallRefused,
     SessionStarted,
-    UpstreamResponded,
 )
-from sessionwarden.events.store_events import WalCheckpointed
-from sessionwarden.events.usage import UsageRecorded
+from sessionwarden.events.store_events import STORE_UPCASTERS, WalCheckpointed
 
 __all__ = [
     "ALL_EVENTS",
     "CODEC",
-    "SESSION_UPCASTERS",
+    "OUTCOMES",
+    "UPCASTERS",
+    "WITHDRAWN_TAGS",
     "CallAdmitted",
+    "CallCompleted",
+    "CallRefused",
     "CredentialAdded",
     "CredentialRemoved",
     "EncodedEvent",
@@ -35,14 +43,11 @@ __all__ = [
     "EventCodec",
     "EventDecodeError",
     "EventError",
-    "LeaseAcquired",
-    "LeaseReleased",
     "RateLimitBucketSeen",
+    "RateLimitsObserved",
     "SessionStarted",
     "UnknownEventType",
     "Upcaster",
-    "UpstreamResponded",
-    "UsageRecorded",
     "WalCheckpointed",
     "parse_tag",
 ]
@@ -51,13 +56,23 @@ __all__ = [
 ALL_EVENTS: tuple[type[Event], ...] = (
     SessionStarted,
     CallAdmitted,
-    UpstreamResponded,
+    CallRefused,
+    CallCompleted,
     CredentialAdded,
     CredentialRemoved,
-    LeaseAcquired,
-    LeaseReleased,
-    UsageRecorded,
+    RateLimitsObserved,
     WalCheckpointed,
 )
 
-CODEC = EventCodec(ALL_EVENTS, SESSION_UPCASTERS)
+#: Every upcaster from a retired tag to its successor.
+UPCASTERS: tuple[Upcaster, ...] = (*SESSION_UPCASTERS, *CREDENTIAL_UPCASTERS, *STORE_UPCASTERS)
+
+#: Pre-release tags with no successor (see the module docstring).
+WITHDRAWN_TAGS = frozenset({
+    "session.upstream_responded.v1",
+    "usage.recorded.v1",
+    "credential.lease_acquired.v1",
+    "credential.lease_released.v1",
+})
+
+CODEC = EventCodec(ALL_EVENTS, UPCASTERS)

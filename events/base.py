@@ -1,10 +1,15 @@
 """The base class of every event and the rules for its type tag.
 
 Every event is a frozen msgspec Struct with an explicit, stable tag of the form
-``"<context>.<name>.v<N>"``. The tag, never the class name, is what the log stores, so a
-class may be renamed or moved freely; the tag may never change. A new schema version is
-a new class with tag ``….v<N+1>`` plus an upcaster from the old version (see
+``"<context>.<name>.v<N>"``, declared as the class variable ``TAG``. The tag, never the
+class name, is what the log stores (in the row's ``type`` column), so a class may be
+renamed or moved freely; the tag may never change. A new schema version is a new class
+with tag ``….v<N+1>`` plus an upcaster from the old version (see
 ``sessionwarden.events.codec``).
+
+Payloads are lean: the tag is not repeated inside them (the row has it), fields left at
+their default are omitted (``omit_defaults``), and no event repeats what its stream's name
+already says (a session's events do not carry the session id).
 """
 
 import re
@@ -21,10 +26,10 @@ def parse_tag(tag: str) -> tuple[str, int]:
     """Split a type tag into its name and schema version.
 
     Args:
-        tag: a tag such as ``"session.started.v2"``.
+        tag: a tag such as ``"session.started.v3"``.
 
     Returns:
-        ``("session.started", 2)``.
+        ``("session.started", 3)``.
 
     Raises:
         ValueError: the tag does not follow ``<context>.<name>.v<N>``.
@@ -35,20 +40,19 @@ def parse_tag(tag: str) -> tuple[str, int]:
     return match["name"], int(match["version"])
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
-    """Base of every event; subclasses must pass an explicit ``tag=`` in the class header.
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Base of every event; subclasses set ``TAG`` to their stored type tag.
 
     Fields must use immutable types (tuples, not lists) because events are shared between
     actor threads without copying.
     """
 
-    # Filled by msgspec from the class header; mirrored here so type checkers see it.
-    __struct_config__: ClassVar[msgspec.structs.StructConfig]
+    #: The stored type tag, ``"<context>.<name>.v<N>"``; set by every concrete subclass.
+    TAG: ClassVar[str] = ""
 
     @classmethod
     def type_tag(cls) -> str:
         """The stored type tag of this class."""
-        tag = cls.__struct_config__.tag
-        if not isinstance(tag, str):
-            raise TypeError(f"{cls.__name__} has no explicit string tag")
-        return tag
+        if not cls.TAG:
+            raise TypeError(f"{cls.__name__} has no TAG")
+        return cls.TAG

@@ -103,11 +103,10 @@ class EventCodec:
                 return decoder.decode(data)
             chain = self._chain(type_tag)
             fields = self._generic.decode(data)
-            fields.pop("type", None)
+            fields.pop("type", None)  # the tag pre-release payloads carried inside
             for up in chain:
                 fields = up.fn(fields)
-            target = chain[-1].target
-            return msgspec.convert({**fields, "type": target}, self._classes[target])
+            return msgspec.convert(fields, self._classes[chain[-1].target])
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise EventDecodeError(type_tag, str(exc)) from None
 

@@ -1,72 +1,130 @@
-"""Events of the session context: a governed agent session and the calls made in it."""
+"""Events of the session context: a governed agent session and the calls made in it.
 
-from typing import Any
+Stream ``session-<id>``: the session's id is the stream's, so no event here repeats it.
+A plain call leaves two events: :class:`CallAdmitted` (the admission pipeline let it
+through, durable before anything is sent upstream) and :class:`CallCompleted` (its
+outcome, canonical usage and the key that served it, in one atomic append). A call the
+pipeline refuses leaves one, :class:`CallRefused`.
+"""
 
-import msgspec
+from typing import Any, ClassVar
+
 from sessionwarden.events.base import Event
 from sessionwarden.events.codec import Upcaster
 
 __all__ = [
+    "OUTCOMES",
     "SESSION_UPCASTERS",
     "CallAdmitted",
-    "RateLimitBucketSeen",
+    "CallCompleted",
+    "CallRefused",
     "SessionStarted",
-    "UpstreamResponded",
 ]
 
 
-class SessionStarted(Event, frozen=True, tag="session.started.v2"):
-    """A session was seen for the first time.
+class SessionStarted(Event, frozen=True):
+    """A session was seen for the first time (appended with ``NO_STREAM``: once only).
 
-    Version 2 added ``client`` (the User-Agent or integration name) and
-    ``parent_session_id`` (for sub-agent sessions); version 1 events read as ``client=""``
-    and no parent.
+    ``model`` is the first call's ``provider/model``; ``client`` the caller's software
+    (its User-Agent); ``parent_session_id`` names the parent of a sub-agent's session.
+    Version 3 dropped ``session_id`` (the stream names it) and the in-payload tag.
     """
 
-    session_id: str
+    TAG: ClassVar[str] = "session.started.v3"
+
     model: str
     client: str = ""
     parent_session_id: str | None = None
 
 
-def _session_started_v1_to_v2(fields: dict[str, Any]) -> dict[str, Any]:
+def _started_v1_to_v2(fields: dict[str, Any]) -> dict[str, Any]:
     return {**fields, "client": "", "parent_session_id": None}
 
 
+def _drop_session_id(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if k != "session_id"}
+
+
 SESSION_UPCASTERS = (
-    Upcaster("session.started.v1", "session.started.v2", _session_started_v1_to_v2),
+    Upcaster("session.started.v1", "session.started.v2", _started_v1_to_v2),
+    Upcaster("session.started.v2", "session.started.v3", _drop_session_id),
+    Upcaster("session.call_admitted.v1", "session.call_admitted.v2", _drop_session_id),
 )
 
 
-class CallAdmitted(Event, frozen=True, tag="session.call_admitted.v1"):
-    """A proxied call was admitted and is about to go upstream."""
+class CallAdmitted(Event, frozen=True):
+    """A call passed the admission pipeline; it is recorded before it is sent upstream.
+
+    ``estimated_tokens`` is our estimate of the prompt, used when the provider reports no
+    usage. Version 2 dropped ``session_id`` (the stream names it) and the in-payload tag.
+    """
+
+    TAG: ClassVar[str] = "session.call_admitted.v2"
 
     call_id: str
-    session_id: str
     provider: str
     model: str
-    message_count: int
-    estimated_tokens: int
+    message_count: int = 0
+    estimated_tokens: int = 0
     stream: bool = False
 
 
-class RateLimitBucketSeen(msgspec.Struct, frozen=True):
-    """One rate-limit bucket as reported in a response's headers (a field, not an event)."""
+class CallRefused(Event, frozen=True):
+    """The admission pipeline refused a call: nothing was sent upstream.
 
-    name: str
-    limit: int | None = None
-    remaining: int | None = None
-    reset_seconds: float | None = None
+    ``stage`` names the stage that refused; ``status``, ``code`` and ``reason`` are what
+    the client was told (an OpenAI-shaped error).
+    """
 
-
-class UpstreamResponded(Event, frozen=True, tag="session.upstream_responded.v1"):
-    """The provider answered a call (or failed to); ``error`` is short and redacted."""
+    TAG: ClassVar[str] = "session.call_refused.v1"
 
     call_id: str
-    session_id: str
+    stage: str
     status: int
-    latency_ms: float
-    credential: str
-    rate_limits: tuple[RateLimitBucketSeen, ...] = ()
+    reason: str
+    code: str = ""
+
+
+#: How a call ended, as the proxy saw it.
+#: ``ok``: the upstream answered and the client got the whole answer (any status below
+#: 400); ``upstream_error``: the upstream answered with an error status, relayed;
+#: ``unreachable`` / ``timeout``: no answer (the client got 502 / 504); ``truncated``: a
+#: stream the upstream broke off before its end; ``client_disconnected``: the client went
+#: away first; ``no_credential``: admitted, but no key could serve it (nothing sent);
+#: ``cancelled``: the daemon stopped past its grace period; ``unknown``: admitted before
+#: a crash and completed at the next start (it may have been sent, and billed).
+OUTCOMES = (
+    "ok", "upstream_error", "unreachable", "timeout", "truncated", "client_disconnected",
+    "no_credential", "cancelled", "unknown",
+)
+
+
+class CallCompleted(Event, frozen=True):
+    """How an admitted call ended: one per call, appended once (idempotency key).
+
+    Counts follow the canonical convention of ``sessionwarden.domain.usage``: the prompt
+    buckets (input, cache read, cache write) are disjoint and reasoning is part of output.
+    ``source`` says where the counts came from (``provider``, ``estimated`` or
+    ``missing``, never a silent zero). ``raw_usage`` (redacted, bounded) is kept only when
+    normalisation flagged or rejected the provider's block. ``credential`` is the
+    fingerprint of the key that served the call: the key's outcome, folded by the pool.
+    ``status`` is the upstream's HTTP status, 0 when there was no answer.
+    """
+
+    TAG: ClassVar[str] = "session.call_completed.v1"
+
+    call_id: str
+    outcome: str = "ok"
+    status: int = 0
+    latency_ms: float = 0.0
+    credential: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    source: str = "provider"
+    flags: tuple[str, ...] = ()
+    raw_usage: str = ""
     retry_after_seconds: float | None = None
     error: str = ""

@@ -28,8 +28,11 @@ __all__ = [
     "translate",
 ]
 
-#: Bumped with every change to the DDL below; stored in ``PRAGMA user_version``.
-SCHEMA_VERSION = 2
+#: The log's format, stored in ``PRAGMA user_version``: bumped with every change to the
+#: DDL below, and with every change to the stored events that older builds cannot read.
+#: 1: text-keyed index; 2: numbered streams; 3: lean call records (two events per call,
+#: no tag inside payloads). 1 and 2 only ever existed in pre-release builds.
+SCHEMA_VERSION = 3
 
 #: SQLite's own busy handler waits this long before the application-level retry takes
 #: over; long waits in the busy handler alone make writers convoy under FULL sync.
@@ -234,7 +237,7 @@ def check_version(version: int, path: Path) -> None:
             f"{path}: written by a newer sessionwarden (schema {version}); upgrade"
         )
     if version < SCHEMA_VERSION:
-        # Schema 1 only ever existed in pre-release builds; no migration is kept.
+        # Schemas 1 and 2 only ever existed in pre-release builds; no migration is kept.
         raise StoreUnavailable(
             f"{path}: written by a pre-release sessionwarden (schema {version}),"
             f" which this version cannot read; move it aside to start a new log"

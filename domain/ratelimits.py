@@ -15,6 +15,13 @@ Understood headers (names lowercase; reliability-and-security.md §6.2):
 Bucket names are the header's bucket part with ``-`` replaced by ``_``
 (``"input_tokens"``). A malformed value is skipped — never raised, never guessed: an
 odd header must not stop failover. Resets in the past read as 0 seconds.
+
+**What is worth recording** (:func:`worth_recording`). A bucket that merely counts down
+is not news: writing it on every call would double a call's record for nothing. A
+snapshot is recorded when, against the last one recorded for the same key, a bucket
+appears or disappears, its limit changes, it runs out or refills, or its remaining share
+of the limit falls into another band (:data:`BANDS`: above half, a quarter, a tenth, or
+below). The first snapshot of a key is always recorded.
 """
 
 import math
@@ -24,13 +31,18 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 import msgspec
+from sessionwarden.events import RateLimitBucketSeen
 
 __all__ = [
+    "BANDS",
     "MAX_RESET_SECONDS",
     "RateLimitBucket",
     "RateLimitSnapshot",
+    "buckets_seen",
     "parse_duration",
     "parse_rate_limits",
+    "rate_limit_headers",
+    "worth_recording",
 ]
 
 _OPENAI = re.compile(r"x-ratelimit-(limit|remaining|reset)-([a-z0-9][a-z0-9-]{0,40})")
@@ -217,3 +229,67 @@ def parse_rate_limits(headers: Mapping[str, str], now: datetime) -> RateLimitSna
         buckets=buckets,
         retry_after_seconds=retry_after_ms if retry_after_ms is not None else retry_after,
     )
+
+
+#: Lower bounds of the remaining-share bands; moving between bands is worth recording.
+BANDS = (0.5, 0.25, 0.1)
+
+_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "retry-after")
+
+
+def rate_limit_headers(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The rate-limit headers among ``headers`` (names lowercased), at most 64 of them.
+
+    What the proxy hands to the rate guard: a small, immutable part of a response's
+    headers instead of all of them.
+    """
+    found: list[tuple[str, str]] = []
+    for name, value in headers.items():
+        low = name.lower()
+        if low.startswith(_PREFIXES):
+            found.append((low, value))
+            if len(found) >= 64:
+                break
+    return tuple(found)
+
+
+def _band(bucket: RateLimitBucketSeen) -> int:
+    """0 when out, 1..len(BANDS)+1 from the lowest band up; -1 when unknown."""
+    if bucket.remaining is None:
+        return -1
+    if bucket.remaining <= 0:
+        return 0
+    if not bucket.limit:
+        return len(BANDS) + 1
+    share = bucket.remaining / bucket.limit
+    return len(BANDS) + 1 - sum(1 for bound in BANDS if share < bound)
+
+
+def buckets_seen(snapshot: RateLimitSnapshot) -> tuple[RateLimitBucketSeen, ...]:
+    """The snapshot's buckets as the event field records them."""
+    return tuple(
+        RateLimitBucketSeen(b.name, b.limit, b.remaining, b.reset_seconds)
+        for b in snapshot.buckets
+    )
+
+
+def worth_recording(
+    last: tuple[RateLimitBucketSeen, ...] | None, new: tuple[RateLimitBucketSeen, ...]
+) -> bool:
+    """Whether ``new`` differs from the ``last`` recorded buckets in a way that matters.
+
+    See the module docstring. ``last`` None means nothing was recorded for the key yet; an
+    empty ``new`` (a response without rate-limit headers) is never worth recording.
+    """
+    if not new:
+        return False
+    if last is None:
+        return True
+    before = {b.name: b for b in last}
+    if set(before) != {b.name for b in new}:
+        return True
+    for bucket in new:
+        old = before[bucket.name]
+        if old.limit != bucket.limit or _band(old) != _band(bucket):
+            return True
+    return False

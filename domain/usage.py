@@ -30,28 +30,25 @@ rejection and estimates. Nothing else is ever raised for JSON-like input.
 
 import math
 from collections.abc import Mapping
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
 import msgspec
-from sessionwarden.actors.errors import UsageRejected
+from sessionwarden.config import API_MODES, ApiMode
+from sessionwarden.domain.errors import UsageRejected
 
 __all__ = [
-    "API_MODES",
     "FLAG_CACHE_EXCEEDS_INPUT",
     "FLAG_INCOMPLETE",
     "FLAG_REASONING_EXCEEDS_OUTPUT",
     "MAX_TOKENS_PER_FIELD",
-    "ApiMode",
     "CanonicalUsage",
     "UsageSource",
     "estimate_tokens",
     "estimate_usage",
     "normalise_usage",
+    "text_chars",
+    "tokens_from_chars",
 ]
-
-#: The wire protocols sessionwarden speaks upstream.
-ApiMode = Literal["chat_completions", "anthropic_messages", "codex_responses"]
-API_MODES: tuple[ApiMode, ...] = get_args(ApiMode)
 
 #: Where the counts came from: the provider's report, our estimate, or nowhere.
 UsageSource = Literal["provider", "estimated", "missing"]
@@ -241,7 +238,7 @@ _TEXT_KEYS = (
 _MAX_DEPTH = 32
 
 
-def _text_chars(messages: object) -> int:
+def text_chars(messages: object) -> int:
     """Count the characters of every text value reachable through :data:`_TEXT_KEYS`."""
     total = 0
     stack: list[tuple[object, int]] = [(messages, 0)]
@@ -261,6 +258,11 @@ def _text_chars(messages: object) -> int:
     return total
 
 
+def tokens_from_chars(chars: int) -> int:
+    """Our estimate of the tokens in ``chars`` characters of text: chars / 4, rounded up."""
+    return (max(chars, 0) + 3) // 4
+
+
 def estimate_tokens(messages: object) -> int:
     """Estimate the tokens of ``messages`` as characters / 4, rounded up, at least 1.
 
@@ -268,7 +270,7 @@ def estimate_tokens(messages: object) -> int:
     content parts), Responses ``input`` items, or a whole request body. Images, tool
     schemas and unknown keys are not counted. Never raises.
     """
-    return max(1, (_text_chars(messages) + 3) // 4)
+    return max(1, (text_chars(messages) + 3) // 4)
 
 
 def estimate_usage(messages: object, output: object = None) -> CanonicalUsage:

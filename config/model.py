@@ -1,0 +1,310 @@
+"""The configuration's typed, frozen structs, key references and model lookup.
+
+The structs mirror DESIGN.md §4 "Config reference" with its defaults; every section is
+optional. Unknown keys are errors (typos must not be silently ignored): see
+``sessionwarden.config.parse`` for how TOML becomes these structs and how errors name the
+key path. Messages never echo a value that could be a secret.
+
+API keys never appear in the config: ``keys`` holds references ``"env:NAME"``, resolved
+with :func:`resolve_key` when the pool needs them and logged only as a fingerprint.
+Callers that hold a resolved key register it with
+``sessionwarden.redact.default_redactor.add`` so no sink ever prints it.
+"""
+
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Annotated, Literal, get_args
+from urllib.parse import urlsplit
+
+import msgspec
+from sessionwarden.config.errors import ConfigError, UnknownModel
+
+__all__ = [
+    "API_MODES",
+    "STRATEGIES",
+    "ApiMode",
+    "Billing",
+    "BudgetsConfig",
+    "CompressionConfig",
+    "Config",
+    "DaemonConfig",
+    "GuardrailsConfig",
+    "InvalidField",
+    "ModelConfig",
+    "OnSummaryFailure",
+    "PriceConfig",
+    "ProviderConfig",
+    "Strategy",
+    "Summariser",
+    "ToolsConfig",
+    "find_model",
+    "resolve_key",
+]
+
+#: The wire protocols sessionwarden speaks upstream.
+ApiMode = Literal["chat_completions", "anthropic_messages", "codex_responses"]
+API_MODES: tuple[ApiMode, ...] = get_args(ApiMode)
+
+Strategy = Literal["fill_first", "round_robin", "random", "least_used"]
+STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
+Billing = Literal["metered", "included"]
+Summariser = Literal["builtin", "model"]
+OnSummaryFailure = Literal["fallback", "abort"]
+
+_Positive = Annotated[int, msgspec.Meta(gt=0)]
+_NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+_Fraction = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
+_KEY_REF = re.compile(r"env:(?P<name>[A-Za-z_][A-Za-z0-9_]{0,127})")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+class InvalidField(ValueError):
+    """Raised by a struct's ``__post_init__``; carries a key path relative to the struct.
+
+    msgspec wraps it in a ``ValidationError`` whose ``__cause__`` it stays, so the parser
+    can name the full key path (``providers[0].keys[1]``).
+    """
+
+    def __init__(self, rel_path: str, problem: str) -> None:
+        super().__init__(f"{rel_path}: {problem}")
+        self.rel_path = rel_path
+        self.problem = problem
+
+
+def _check_url(field: str, url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or re.search(r"\s", url):
+        raise InvalidField(field, "expected an http:// or https:// URL")
+    if "@" in parts.netloc:
+        raise InvalidField(field, 'credentials in URLs are not accepted; use keys = ["env:NAME"]')
+
+
+def _check_money(field: str, value: Decimal | None, *, positive: bool = False) -> None:
+    if value is None:
+        return
+    if not value.is_finite() or value < 0 or (positive and value == 0):
+        bound = 'above 0 (use "" for no cap)' if positive else "0 or more"
+        raise InvalidField(field, f'expected a decimal string {bound}, such as "5.00"')
+
+
+class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Common struct options: immutable, keyword-only, unknown keys rejected."""
+
+
+class DaemonConfig(_Section, frozen=True):
+    """``[daemon]``: where the proxy listens, how big a body may be, how long to drain.
+
+    ``drain_timeout_s`` bounds how long the upstream of a stream is still read for its
+    usage after the client went away (the call's ledger row waits for it).
+    """
+
+    host: Annotated[str, msgspec.Meta(min_length=1)] = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8787
+    max_body_mib: _Positive = 32
+    drain_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=3600.0)] = 30.0
+
+
+class PriceConfig(_Section, frozen=True):
+    """A model's price override in USD per million tokens; None leaves the library's."""
+
+    input: Decimal | None = None
+    output: Decimal | None = None
+    cache_read: Decimal | None = None
+    cache_write: Decimal | None = None
+
+    def __post_init__(self) -> None:
+        """Reject negative, NaN and infinite prices."""
+        for field in self.__struct_fields__:
+            _check_money(field, getattr(self, field))
+
+
+class ProviderConfig(_Section, frozen=True):
+    """``[[providers]]``: one upstream endpoint and its pool of key references."""
+
+    name: str
+    base_url: str
+    api_mode: ApiMode = "chat_completions"
+    keys: tuple[str, ...] = ()
+    strategy: Strategy = "fill_first"
+    max_concurrent_leases: _Positive = 4
+    billing: Billing = "metered"
+    pricing_url: str = ""
+
+    def __post_init__(self) -> None:
+        """Check the name, the URLs and that every key is an ``env:NAME`` reference."""
+        if not _NAME.fullmatch(self.name):
+            raise InvalidField("name", "expected 1-64 letters, digits, '.', '_' or '-' (no '/')")
+        _check_url("base_url", self.base_url)
+        if self.pricing_url:
+            _check_url("pricing_url", self.pricing_url)
+        seen: dict[str, int] = {}
+        for index, ref in enumerate(self.keys):
+            where = f"keys[{index}]"
+            if not ref.startswith("env:"):
+                raise InvalidField(
+                    where,
+                    "literal API keys are not accepted; put the key in an environment "
+                    'variable and write "env:NAME"',
+                )
+            if not _KEY_REF.fullmatch(ref):
+                raise InvalidField(where, 'expected "env:NAME" with NAME a valid variable name')
+            if ref in seen:
+                raise InvalidField(where, f"duplicate of keys[{seen[ref]}]")
+            seen[ref] = index
+
+
+class ModelConfig(_Section, frozen=True):
+    """``[[models]]``: a model name clients may use, and what sessionwarden knows of it.
+
+    ``context_length`` None means unknown (the caller applies its default).
+    """
+
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    provider: str
+    context_length: _Positive | None = None
+    max_output_tokens: _Positive | None = None
+    compression_threshold: _Fraction | None = None
+    price: PriceConfig | None = None
+
+
+class ToolsConfig(_Section, frozen=True):
+    """``[tools]``: caps on tool results (per result, per turn) and the preview size."""
+
+    result_size_chars: _Positive = 100_000
+    turn_budget_chars: _Positive = 200_000
+    preview_chars: _Positive = 1_500
+    overrides: dict[str, _Positive] = msgspec.field(default_factory=dict)
+
+
+class CompressionConfig(_Section, frozen=True):
+    """``[compression]``: when and how history is compressed."""
+
+    enabled: bool = True
+    threshold: _Fraction = 0.50
+    target_ratio: _Fraction = 0.20
+    protect_first_n: _NonNegative = 3
+    summariser: Summariser = "builtin"
+    summary_model: str = ""
+    on_summary_failure: OnSummaryFailure = "fallback"
+
+
+class BudgetsConfig(_Section, frozen=True):
+    """``[budgets]``: iteration budgets (0 = unlimited) and USD caps (None = no cap)."""
+
+    max_iterations: _NonNegative = 90
+    child_max_iterations: _NonNegative = 50
+    session_usd: Decimal | None = None
+    daily_usd: Decimal | None = None
+
+    def __post_init__(self) -> None:
+        """USD caps must be finite and above zero."""
+        _check_money("session_usd", self.session_usd, positive=True)
+        _check_money("daily_usd", self.daily_usd, positive=True)
+
+
+class GuardrailsConfig(_Section, frozen=True):
+    """``[guardrails]``: ``[warn_at, stop_at]`` thresholds of the tool-loop guardrails."""
+
+    hard_stop: bool = False
+    exact_failure: tuple[_Positive, _Positive] = (2, 5)
+    same_tool_failure: tuple[_Positive, _Positive] = (3, 8)
+    idempotent_no_progress: tuple[_Positive, _Positive] = (2, 5)
+
+    def __post_init__(self) -> None:
+        """Each pair must warn no later than it stops."""
+        for field in ("exact_failure", "same_tool_failure", "idempotent_no_progress"):
+            warn, stop = getattr(self, field)
+            if warn > stop:
+                raise InvalidField(field, "expected [warn_at, stop_at] with warn_at <= stop_at")
+
+
+class Config(_Section, frozen=True):
+    """The whole configuration; every section has defaults."""
+
+    daemon: DaemonConfig = msgspec.field(default_factory=DaemonConfig)
+    providers: tuple[ProviderConfig, ...] = ()
+    models: tuple[ModelConfig, ...] = ()
+    tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
+    compression: CompressionConfig = msgspec.field(default_factory=CompressionConfig)
+    budgets: BudgetsConfig = msgspec.field(default_factory=BudgetsConfig)
+    guardrails: GuardrailsConfig = msgspec.field(default_factory=GuardrailsConfig)
+
+    def __post_init__(self) -> None:
+        """Cross-checks: unique names, models on known providers, a resolvable summariser."""
+        names = [p.name for p in self.providers]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                first = names.index(name)
+                raise InvalidField(f"providers[{index}].name", f"duplicate of providers[{first}]")
+        models = [m.name for m in self.models]
+        for index, model in enumerate(self.models):
+            if model.name in models[:index]:
+                first = models.index(model.name)
+                raise InvalidField(f"models[{index}].name", f"duplicate of models[{first}]")
+            if model.provider not in names:
+                known = ", ".join(names) or "none"
+                raise InvalidField(
+                    f"models[{index}].provider",
+                    f"expected the name of a configured provider (configured: {known})",
+                )
+        summary = self.compression.summary_model
+        if summary and _resolve(self, summary) is None:
+            raise InvalidField(
+                "compression.summary_model",
+                'expected "<provider>/<model>" with a configured provider, or a [[models]] name',
+            )
+
+    def provider(self, name: str) -> ProviderConfig | None:
+        """The provider called ``name``, or None."""
+        return next((p for p in self.providers if p.name == name), None)
+
+    def model(self, name: str) -> ModelConfig | None:
+        """The ``[[models]]`` entry called ``name``, or None."""
+        return next((m for m in self.models if m.name == name), None)
+
+
+def _resolve(config: Config, name: str) -> tuple[ProviderConfig, str] | None:
+    model = config.model(name)
+    if model is not None:
+        provider = config.provider(model.provider)
+        return None if provider is None else (provider, model.name)
+    provider_name, slash, upstream = name.partition("/")
+    provider = config.provider(provider_name) if slash and upstream else None
+    return None if provider is None else (provider, upstream)
+
+
+def find_model(config: Config, name: str) -> tuple[ProviderConfig, str]:
+    """Resolve a client's model name to ``(provider, upstream model name)``.
+
+    A ``[[models]]`` name wins; otherwise ``"<provider>/<model>"`` splits at the first
+    ``/`` (so ``"openrouter/anthropic/claude-x"`` asks openrouter for
+    ``"anthropic/claude-x"``).
+
+    Raises:
+        UnknownModel: neither form resolves.
+    """
+    resolved = _resolve(config, name)
+    if resolved is None:
+        known = tuple(m.name for m in config.models)
+        known += tuple(f"{p.name}/<model>" for p in config.providers)
+        raise UnknownModel(name, known)
+    return resolved
+
+
+def resolve_key(ref: str, environ: Mapping[str, str]) -> str:
+    """Return the secret an ``"env:NAME"`` reference points to (surrounding blanks removed).
+
+    Raises:
+        ConfigError: the reference is malformed, or the variable is unset or empty. The
+            message names the variable, never a value.
+    """
+    match = _KEY_REF.fullmatch(ref)
+    if match is None:
+        raise ConfigError('a key reference is not of the form "env:NAME"')
+    name = match["name"]
+    secret = environ.get(name, "").strip()
+    if not secret:
+        raise ConfigError(f"environment variable {name} (key reference env:{name}) is not set")
+    return secret
+

@@ -1,0 +1,28 @@
+"""The domain layer: every policy decision, as pure functions and plain state.
+
+No I/O, no threads, no wall clock: time comes in as an argument (``clock.now()`` read
+by the actor), randomness as an injected RNG, secrets redaction as an injected function.
+So every decision is unit- and property-testable, and replaying the log decides the same.
+Imports point down only: events, config, clock (and the root ``errors``/``redact``).
+
+Each policy has its home here (modules marked *planned* arrive with their issue):
+
+=================  ===========================================================
+``usage``          normalising the providers' usage blocks; our token estimate
+``ratelimits``     parsing rate-limit headers; what is worth recording
+``pool``           key strategies, leases (the key state machine: *planned*)
+``session``        a session's state and how its events fold into it
+``calls``          call requests and outcomes; a call's completion
+``admission``      the admission pipeline: stages, verdicts, pending work
+``stages``         the daemon's list of stages, in order
+``validation``     the request-validation stage
+``spill``          tool-result spill and the per-turn budget (*planned*)
+``compression``    compression phases and their triggers (*planned*)
+``pricing``        prices and costs (*planned*)
+``budgets``        spend caps and iteration budgets (*planned*)
+``guardrails``     tool-loop guardrails (*planned*)
+``breaker``        the shared rate-limit breaker (*planned*)
+``classifier``     upstream errors into the recovery they need (*planned*)
+``errors``         the domain's errors
+=================  ===========================================================
+"""

@@ -1,0 +1,164 @@
+"""A call's life in wire-neutral terms: the request asking admission, and how it ended.
+
+The HTTP layer and the wire adapters build these plain structs; the domain judges them.
+:class:`CallRequest` is what the admission pipeline sees (``sessionwarden.domain.admission``);
+:class:`CallOutcome` is what the proxy observed when the call ended, raw, and
+:func:`complete_call` turns it into the call's one :class:`~sessionwarden.events.CallCompleted`
+(canonical usage, estimate fallbacks, the key's outcome) over the session's state.
+"""
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from sessionwarden.config import ApiMode
+from sessionwarden.domain.errors import UnknownCall, UsageRejected
+from sessionwarden.domain.ratelimits import RateLimitSnapshot, parse_rate_limits
+from sessionwarden.domain.session import SessionState
+from sessionwarden.domain.usage import CanonicalUsage, normalise_usage, tokens_from_chars
+from sessionwarden.events import CallCompleted
+
+__all__ = ["MAX_RAW_USAGE_CHARS", "CallOutcome", "CallRequest", "RequestShape", "complete_call"]
+
+#: A flagged or rejected usage block is kept, redacted, up to this many characters.
+MAX_RAW_USAGE_CHARS = 2000
+
+_encode = msgspec.json.Encoder().encode
+
+
+class RequestShape(msgspec.Struct, frozen=True):
+    """What a wire adapter read from a client's request body, in wire-neutral terms.
+
+    Attributes:
+        model: the model the client named (``provider/model`` or a ``[[models]]`` name).
+        stream: whether the client asked for a stream.
+        message_count: how many conversation items (messages) the request carries.
+        prompt_chars: characters of text the model will read (for our token estimate).
+        problems: wire-level faults the adapter found (short sentences); the validation
+            stage refuses a request that has any.
+    """
+
+    model: str
+    stream: bool = False
+    message_count: int = 0
+    prompt_chars: int = 0
+    problems: tuple[str, ...] = ()
+
+
+class CallRequest(msgspec.Struct, frozen=True):
+    """A call asking to enter its session: who, where to, and the request itself.
+
+    ``body`` is the decoded wire body. It is handed over with the request: the proxy does
+    not touch it until admission replies, and a stage that rewrites it returns a new
+    :class:`CallRequest` with a new body, never mutating the old one.
+    """
+
+    call_id: str
+    session_id: str
+    provider: str
+    model: str
+    api_mode: ApiMode
+    shape: RequestShape
+    body: Any
+    client: str = ""
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Our estimate of the prompt's tokens."""
+        return tokens_from_chars(self.shape.prompt_chars)
+
+
+class CallOutcome(msgspec.Struct, frozen=True):
+    """What the proxy saw of an admitted call's end: raw facts, judged by :func:`complete_call`.
+
+    Attributes:
+        outcome: one of :data:`sessionwarden.events.OUTCOMES`.
+        provider: the provider the call went to.
+        status: the upstream's HTTP status, 0 when there was no answer.
+        latency_ms: from admission to the end of the relay.
+        credential: the fingerprint of the key that served the call ("" if none).
+        usage_block: the provider's decoded ``usage`` JSON, or None.
+        has_output: whether the upstream produced a model answer (usage is then expected).
+        output_chars: characters of generated text seen (for the estimate).
+        rate_limit_headers: the response's rate-limit headers, names lowercased.
+        error: a short, redacted description of a failure.
+    """
+
+    call_id: str
+    session_id: str
+    outcome: str
+    provider: str = ""
+    api_mode: ApiMode = "chat_completions"
+    status: int = 0
+    latency_ms: float = 0.0
+    credential: str = ""
+    usage_block: Any = None
+    has_output: bool = False
+    output_chars: int = 0
+    rate_limit_headers: tuple[tuple[str, str], ...] = ()
+    error: str = ""
+
+
+def _usage(
+    outcome: CallOutcome, estimated_prompt: int, redact: Callable[[str], str]
+) -> tuple[CanonicalUsage, tuple[str, ...], str]:
+    """Canonical usage, flags and the raw block to keep (only when something was off)."""
+    if outcome.outcome == "unknown":
+        # Admitted before a crash: it may have been sent and billed. Our estimate of the
+        # prompt, flagged, is the honest figure; zero would hide a possible cost.
+        return (CanonicalUsage(source="estimated", input_tokens=estimated_prompt),
+                ("outcome_unknown",), "")
+    if not outcome.has_output:
+        return CanonicalUsage(source="missing"), (), ""
+    estimate = CanonicalUsage(
+        source="estimated", input_tokens=estimated_prompt,
+        output_tokens=tokens_from_chars(outcome.output_chars),
+    )
+    raw = ""
+    if outcome.usage_block is not None:
+        raw = redact(_encode(outcome.usage_block).decode(errors="replace"))
+        if len(raw) > MAX_RAW_USAGE_CHARS:
+            raw = raw[: MAX_RAW_USAGE_CHARS - 3] + "..."
+    try:
+        usage = normalise_usage(outcome.api_mode, outcome.usage_block)
+    except UsageRejected as exc:
+        return estimate, (f"rejected:{exc.field or 'usage'}",), raw
+    if usage.source == "missing":
+        return estimate, ("usage_missing",), raw
+    return usage, usage.flags, raw if usage.flags else ""
+
+
+def complete_call(
+    state: SessionState,
+    outcome: CallOutcome,
+    now: datetime,
+    redact: Callable[[str], str],
+    limits: RateLimitSnapshot | None = None,
+) -> CallCompleted:
+    """The completion of an open call of ``state``: its one CallCompleted.
+
+    ``limits`` is the rate guard's reading of the response's headers; without it they are
+    read here (the ``Retry-After`` a 429 carries belongs to the key's outcome).
+    ``redact`` scrubs secrets from a raw usage block kept for the audit.
+
+    Raises:
+        UnknownCall: the call is not open in this session (already completed, or never
+            admitted).
+    """
+    call = state.open.get(outcome.call_id)
+    if call is None:
+        raise UnknownCall(outcome.call_id, "not open in its session")
+    usage, flags, raw = _usage(outcome, call.estimated_tokens, redact)
+    if limits is None and outcome.rate_limit_headers:
+        limits = parse_rate_limits(dict(outcome.rate_limit_headers), now)
+    return CallCompleted(
+        call_id=outcome.call_id, outcome=outcome.outcome, status=outcome.status,
+        latency_ms=round(outcome.latency_ms, 3), credential=outcome.credential,
+        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens,
+        reasoning_tokens=usage.reasoning_tokens, source=usage.source, flags=tuple(flags),
+        raw_usage=raw,
+        retry_after_seconds=limits.retry_after_seconds if limits is not None else None,
+        error=outcome.error,
+    )

@@ -1,0 +1,185 @@
+"""The OpenAI chat-completions wire format, both ways: the one adapter for ``chat_completions``.
+
+Everything the daemon knows about this format's shapes is here, so the proxy never parses
+a wire format itself: reading a client's request into a wire-neutral
+:class:`~sessionwarden.domain.calls.RequestShape`; the body sent upstream (the upstream
+model name, usage always requested on streams); what a plain response says (its usage
+block, the text generated); and, per streamed call, a :class:`ChatStream` that frames the
+server-sent events, keeps the usage chunk the client did not ask for out of the relay,
+holds back ``[DONE]`` until the call is recorded, and notes usage and text on the way.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+from sessionwarden.domain.calls import CallRequest, RequestShape
+from sessionwarden.domain.usage import text_chars
+from sessionwarden.upstream.errors import MalformedRequest
+from sessionwarden.upstream.sse import DEFAULT_MAX_EVENT_BYTES, SseFramer, sse_data
+
+__all__ = ["ChatCompletions", "ChatStream", "ResponseFacts"]
+
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+_DONE = b"[DONE]"
+
+
+class ResponseFacts(msgspec.Struct, frozen=True):
+    """What a complete (non-streamed) response says about the call."""
+
+    usage_block: Any = None
+    has_output: bool = False
+    output_chars: int = 0
+
+
+def _decode_or_none(data: bytes | None) -> object:
+    if data is None:
+        return None
+    try:
+        return _decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def _problems(messages: object) -> tuple[str, ...]:
+    if not isinstance(messages, list):
+        return ("'messages' must be a list",)
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            return (f"messages[{index}] must be an object with a string 'role'",)
+    return ()
+
+
+class ChatCompletions:
+    """``POST /chat/completions`` in the OpenAI format."""
+
+    api_mode = "chat_completions"
+    path = "/chat/completions"
+
+    def read_request(self, body: bytes) -> tuple[dict[str, Any], RequestShape]:
+        """Decode a client's body into the payload and its wire-neutral shape.
+
+        Raises:
+            MalformedRequest: not JSON, not an object, or no model named. Faults in the
+                messages are reported in the shape's ``problems`` instead, for the
+                validation stage to decide on (and record).
+        """
+        try:
+            payload = _decode(body)
+        except msgspec.DecodeError as exc:
+            text = str(exc)
+            raise MalformedRequest(f"malformed JSON body: {text[:200]}") from None
+        except RecursionError:
+            raise MalformedRequest("malformed JSON body: nested too deeply") from None
+        if not isinstance(payload, dict):
+            raise MalformedRequest("the body must be a JSON object")
+        model = payload.get("model")
+        if not isinstance(model, str) or not model:
+            raise MalformedRequest("'model' must be a non-empty string", code="invalid_model")
+        messages = payload.get("messages")
+        problems = _problems(messages)
+        return payload, RequestShape(
+            model=model, stream=payload.get("stream") is True,
+            message_count=len(messages) if isinstance(messages, list) else 0,
+            prompt_chars=0 if problems else text_chars(messages), problems=problems,
+        )
+
+    def auth_headers(self, secret: str) -> dict[str, str]:
+        """The header that carries the key upstream."""
+        return {"authorization": f"Bearer {secret}"}
+
+    def upstream_body(self, request: CallRequest) -> tuple[bytes, bool]:
+        """The body to send, and whether usage was requested on the client's behalf.
+
+        Streams always ask for usage (``stream_options.include_usage``): without it a
+        streamed call would have no usage to record. When the client did not ask, the
+        usage chunk is kept out of what it receives (:class:`ChatStream`).
+        """
+        upstream = dict(request.body)
+        upstream["model"] = request.model
+        injected = False
+        if request.shape.stream:
+            options = upstream.get("stream_options")
+            options = dict(options) if isinstance(options, dict) else {}
+            injected = options.get("include_usage") is not True
+            options["include_usage"] = True
+            upstream["stream_options"] = options
+        return _encode(upstream), injected
+
+    def read_response(self, body: bytes) -> ResponseFacts:
+        """The usage block and generated text of a successful plain response."""
+        decoded = _decode_or_none(body)
+        if not isinstance(decoded, dict):
+            return ResponseFacts(has_output=True)
+        output = 0
+        choices = decoded.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            output = text_chars(choices[0].get("message"))
+        return ResponseFacts(decoded.get("usage"), True, output)
+
+    def stream(self, injected: bool, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+               ) -> "ChatStream":
+        """A reader for one streamed response."""
+        return ChatStream(injected, max_event_bytes)
+
+
+class ChatStream:
+    """One streamed chat completion, read as it is relayed.
+
+    :meth:`feed` returns the bytes to relay now; ``[DONE]`` (and anything after it) is
+    held back in ``held`` until the call is recorded. ``usage_block``, ``output_chars`` and
+    ``done`` say what the stream carried.
+    """
+
+    __slots__ = ("_framer", "_injected", "done", "held", "output_chars", "usage_block")
+
+    def __init__(self, injected: bool, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        """``injected``: usage was requested for us, so its chunk is not relayed."""
+        self._framer = SseFramer(max_event_bytes)
+        self._injected = injected
+        self.usage_block: object = None
+        self.output_chars = 0
+        self.done = False
+        self.held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take a chunk of the upstream body; return what to relay to the client now.
+
+        Raises:
+            EventTooLarge: an event grew past the bound.
+        """
+        out = bytearray()
+        for event in self._framer.feed(chunk):
+            data = sse_data(event)
+            if data == _DONE:
+                self.done = True
+                self.held += event
+                continue
+            keep = True
+            parsed = _decode_or_none(data)
+            if isinstance(parsed, dict):
+                if parsed.get("usage") is not None:
+                    self.usage_block = parsed["usage"]
+                    keep = not (self._injected and not parsed.get("choices"))
+                self.output_chars += _delta_chars(parsed)
+            if self.held:  # nothing may follow [DONE]; keep the order if something does
+                self.held += event
+            elif keep:
+                out += event
+        return bytes(out)
+
+    def rest(self) -> bytes:
+        """What is left to send at the end: the held-back bytes and any unfinished event."""
+        return self.held + self._framer.rest()
+
+
+def _delta_chars(chunk: Mapping[str, Any]) -> int:
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return 0
+    total = 0
+    for choice in choices:
+        if isinstance(choice, dict):
+            total += text_chars(choice.get("delta"))
+    return total
