@@ -228,7 +228,12 @@ class SessionActor(GovernedActor):
                 if request.error is not None:
                     reply(None, request.error)
 
-        self._log.submit(parts, callback=committed)
+        try:
+            self._log.submit(parts, callback=committed)
+        except StoreError as exc:
+            # The state already folded these events: it cannot be trusted any more.
+            self._in_flight[session_id] -= 1
+            raise ActorCrash(f"cannot append: {exc}") from exc
 
     def _appended(self, done: _Appended) -> None:
         count = self._in_flight.get(done.session_id, 1) - 1

@@ -99,7 +99,7 @@ def session_event(i: int, stream: str) -> NewEvent:
     """A real event of about 200 bytes (msgspec JSON), encoded in the timed loop."""
     tag, version, data = CODEC.encode(
         SessionStarted(
-            session_id=stream, model=f"claude-sonnet-4-5-{i:010d}", client=_CLIENT,
+            model=f"claude-sonnet-4-5-{i:010d}", client=f"{_CLIENT} {stream}",
             parent_session_id=f"{i:036d}",
         )
     )

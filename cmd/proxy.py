@@ -38,6 +38,7 @@ from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.errors import NoCredential
 from sessionwarden.domain.ratelimits import rate_limit_headers
 from sessionwarden.redact import default_redactor
+from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.chat_completions import ChatCompletions, ChatStream
 from sessionwarden.upstream.client import DROP_DOWN, forwarded_headers
@@ -94,11 +95,11 @@ async def chat_completions(
         leasing = None
     try:
         verdict = await admit(rt, call_request)
-    except ActorUnavailable as exc:
+    except (ActorUnavailable, StoreError) as exc:
         _return_lease(rt, call, leasing)
         logger.warning("call {}: not admitted: {}", call.call_id, exc)
-        await send_error(send, 503, "sessionwarden cannot admit calls right now (its session "
-                         "actor is unavailable); nothing was sent upstream",
+        await send_error(send, 503, "sessionwarden cannot record calls right now "
+                         f"({_short(str(exc), 120)}); nothing was sent upstream",
                          kind="server_error", code="unavailable")
         return
     if isinstance(verdict, AdmissionRefused):

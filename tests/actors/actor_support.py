@@ -1,4 +1,4 @@
-"""Shared by the actor tests: prove that a test left no actor or store thread behind."""
+"""Shared by the actor tests: no actor or store thread left behind; calls to admit."""
 
 import re
 import threading
@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pykka
+from sessionwarden.domain.calls import CallRequest, RequestShape
 
 _ACTOR_THREAD = re.compile(r"Actor-\d+$")
 
@@ -34,3 +35,14 @@ def no_leaked_actors(cleanup: Callable[[], None] = lambda: None) -> Iterator[Non
             time.sleep(0.01)
         assert actor_threads(baseline) == []
         assert pykka.ActorRegistry.get_all() == []
+
+
+def call_request(call_id: str, session_id: str, *, messages: int = 4, stream: bool = True,
+                 problems: tuple[str, ...] = (), client: str = "agent/1.0") -> CallRequest:
+    """A chat-completions call as the proxy hands it to admission."""
+    body = {"model": "model-x", "messages": [{"role": "user", "content": "hi"}] * messages}
+    shape = RequestShape(model="prov/model-x", stream=stream, message_count=messages,
+                         prompt_chars=1284, problems=problems)
+    return CallRequest(call_id=call_id, session_id=session_id, provider="prov",
+                       model="model-x", api_mode="chat_completions", shape=shape, body=body,
+                       client=client)

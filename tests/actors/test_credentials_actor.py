@@ -11,23 +11,13 @@ import pykka
 import pytest
 from loguru import logger
 from sessionwarden.actors.bridge import Ping, ask_blocking
-from sessionwarden.actors.credentials import (
-    CredentialPoolActor,
-    KeyState,
-    credentials_stream,
-    pick,
-)
-from sessionwarden.actors.errors import NoCredential
+from sessionwarden.actors.credentials import CredentialPoolActor, credentials_stream
 from sessionwarden.actors.messages import Lease, Leased, Release
-from sessionwarden.cmd.config import ProviderConfig, parse_config
 from sessionwarden.cmd.wiring import default_projections
-from sessionwarden.events import (
-    CODEC,
-    CredentialAdded,
-    CredentialRemoved,
-    LeaseAcquired,
-    LeaseReleased,
-)
+from sessionwarden.config import ProviderConfig, parse_config
+from sessionwarden.domain.errors import NoCredential
+from sessionwarden.domain.pool import KeyState
+from sessionwarden.events import CODEC, CredentialAdded, CredentialRemoved
 from sessionwarden.redact import default_redactor, fingerprint
 from sessionwarden.store import EventLog, StreamAppend
 
@@ -35,8 +25,6 @@ from tests.actors.actor_support import no_leaked_actors
 
 ADDED = CredentialAdded.type_tag()
 REMOVED = CredentialRemoved.type_tag()
-ACQUIRED = LeaseAcquired.type_tag()
-RELEASED = LeaseReleased.type_tag()
 
 
 
@@ -88,9 +76,9 @@ class Pool:
 
     def view(self, provider: str) -> dict[str, tuple[str, str, int, Any]]:
         rows = self.log.read_connection().execute(
-            "SELECT fingerprint, ref, state, leases, last_status FROM view_credentials"
+            "SELECT fingerprint, ref, state, calls, last_status FROM view_credentials"
             " WHERE provider = ?", (provider,)).fetchall()
-        return {fp: (ref, state, leases, status) for fp, ref, state, leases, status in rows}
+        return {fp: (ref, state, calls, status) for fp, ref, state, calls, status in rows}
 
 
 @pytest.fixture
@@ -108,82 +96,6 @@ def warnings() -> Iterator[list[str]]:
         yield messages
     finally:
         logger.remove(sink)
-
-
-# ------------------------------------------------------------------ pick (pure)
-
-
-def keys(n: int) -> list[KeyState]:
-    return [KeyState(f"env:K{i}", f"secret-value-{i}-xxxxxxxx") for i in range(n)]
-
-
-def test_pick_fill_first_uses_the_first_key_until_it_is_at_the_cap() -> None:
-    ks = keys(3)
-    rng = random.Random(0)
-    assert pick(ks, "fill_first", 0, 2, rng) == (ks[0], 0)
-    ks[0].active = 2
-    assert pick(ks, "fill_first", 0, 2, rng)[0] is ks[1]
-    ks[1].active = 5
-    assert pick(ks, "fill_first", 0, 2, rng)[0] is ks[2]
-    ks[2].active = 2
-    # Soft cap: every key busy, the call is still served (by the first key).
-    assert pick(ks, "fill_first", 0, 2, rng)[0] is ks[0]
-
-
-def test_pick_round_robin_rotates_and_skips_keys_at_the_cap() -> None:
-    ks = keys(3)
-    rng = random.Random(0)
-    cursor, seen = 0, []
-    for _ in range(7):
-        key, cursor = pick(ks, "round_robin", cursor, 4, rng)
-        seen.append(ks.index(key))
-    assert seen == [0, 1, 2, 0, 1, 2, 0]
-    assert cursor == 1
-    ks[1].active = 4  # at the cap: skipped
-    key, cursor = pick(ks, "round_robin", 1, 4, rng)
-    assert (ks.index(key), cursor) == (2, 0)
-    for k in ks:
-        k.active = 4
-    key, cursor = pick(ks, "round_robin", 2, 4, rng)  # all busy: still rotates
-    assert (ks.index(key), cursor) == (2, 0)
-
-
-def test_pick_random_is_uniform_reproducible_and_prefers_keys_under_the_cap() -> None:
-    ks = keys(4)
-
-    def draws(seed: int, n: int) -> list[int]:
-        rng = random.Random(seed)
-        return [ks.index(pick(ks, "random", 0, 4, rng)[0]) for _ in range(n)]
-
-    first = draws(7, 400)
-    assert first == draws(7, 400)
-    assert first != draws(8, 400)
-    counts = Counter(first)
-    assert set(counts) == {0, 1, 2, 3}
-    assert all(60 < c < 140 for c in counts.values()), counts
-    ks[0].active = ks[2].active = 4
-    rng = random.Random(7)
-    assert {ks.index(pick(ks, "random", 0, 4, rng)[0]) for _ in range(100)} == {1, 3}
-    assert pick(ks, "random", 3, 4, rng)[1] == 3  # the cursor is left alone
-
-
-def test_pick_least_used_prefers_fewest_active_then_fewest_leases() -> None:
-    ks = keys(3)
-    rng = random.Random(0)
-    ks[0].active, ks[0].leases = 1, 1
-    ks[1].active, ks[1].leases = 0, 9
-    ks[2].active, ks[2].leases = 0, 3
-    assert pick(ks, "least_used", 0, 4, rng)[0] is ks[2]
-    ks[2].active = 1
-    assert pick(ks, "least_used", 0, 4, rng)[0] is ks[1]
-    ks[1].active = 4  # at the cap: a key under it wins even with more active leases
-    ks[0].active, ks[2].active = 3, 2
-    assert pick(ks, "least_used", 0, 4, rng)[0] is ks[2]
-
-
-def test_pick_with_no_keys_raises_no_credential() -> None:
-    with pytest.raises(NoCredential):
-        pick([], "fill_first", 0, 4, random.Random(0))
 
 
 # ------------------------------------------------------------------ reconciliation
@@ -272,13 +184,13 @@ def test_lease_without_a_usable_key_raises_no_credential(pool: Pool) -> None:
     assert ask_blocking(ref, Lease("p1", "c3")).fingerprint == pool.fp("TEST_KEY_1")
     pool.settle(ref)
     assert pool.events("empty") == []
-    assert [type(e) for e in pool.events("p1")] == [CredentialAdded, LeaseAcquired]
+    assert [type(e) for e in pool.events("p1")] == [CredentialAdded]
 
 
 # ------------------------------------------------------------------ leases
 
 
-def test_every_lease_and_release_is_recorded(pool: Pool) -> None:
+def test_leases_are_memory_only_and_never_appended(pool: Pool) -> None:
     ref = pool.start(providers(("p1", ["TEST_KEY_1", "TEST_KEY_2"], "least_used", 4)))
     leases: list[Leased] = [ask_blocking(ref, Lease("p1", f"c{i}")) for i in range(6)]
     assert Counter(lease.fingerprint for lease in leases) == {
@@ -286,23 +198,28 @@ def test_every_lease_and_release_is_recorded(pool: Pool) -> None:
     assert all(lease.secret == pool.environ[
         "TEST_KEY_1" if lease.fingerprint == pool.fp("TEST_KEY_1") else "TEST_KEY_2"]
         for lease in leases)
-    for i, lease in enumerate(leases[:4]):
-        ref.tell(Release("p1", lease.fingerprint, f"c{i}", 200 + i))
+    for lease in leases[:4]:
+        ref.tell(Release("p1", lease.fingerprint))
     pool.settle(ref)
     snapshot = dict((fp, (active, total)) for fp, active, total in
                     ref.proxy().snapshot().get()["p1"])
     active = Counter(lease.fingerprint for lease in leases[4:])
     both = (pool.fp("TEST_KEY_1"), pool.fp("TEST_KEY_2"))
     assert snapshot == {fp: (active[fp], 3) for fp in both}
+    # Which key served a call is part of the call's completion: the pool appends nothing.
+    assert [type(e) for e in pool.events("p1")] == [CredentialAdded, CredentialAdded]
+    ref.stop()
+    ref = pool.start(providers(("p1", ["TEST_KEY_1", "TEST_KEY_2"], "least_used", 4)))
+    restarted = ref.proxy().snapshot().get()["p1"]
+    assert [active for _, active, _ in restarted] == [0, 0]  # in flight: none after a restart
 
-    events = pool.events("p1")
-    acquired = [e for e in events if isinstance(e, LeaseAcquired)]
-    released = [e for e in events if isinstance(e, LeaseReleased)]
-    assert [(e.call_id, e.fingerprint) for e in acquired] == [
-        (f"c{i}", lease.fingerprint) for i, lease in enumerate(leases)]
-    assert [(e.call_id, e.status) for e in released] == [(f"c{i}", 200 + i) for i in range(4)]
-    view = pool.view("p1")
-    assert sum(leases for _, _, leases, _ in view.values()) == 6
+
+def test_a_store_failure_while_reconciling_stops_the_start(pool: Pool) -> None:
+    """The pool's one append is synchronous: a failure is raised, never lost."""
+    pool.log.close()
+    with pytest.raises(pykka.ActorDeadError):
+        ref = pool.start(providers(("p1", ["TEST_KEY_1"], "fill_first", 4)))
+        ref.ask(Ping(), timeout=5)
 
 
 def test_round_robin_and_the_soft_cap_through_the_actor(pool: Pool) -> None:
@@ -317,7 +234,7 @@ def test_round_robin_and_the_soft_cap_through_the_actor(pool: Pool) -> None:
     ff = [ask_blocking(ref, Lease("ff", f"f{i}")) for i in range(5)]
     one, two = pool.fp("TEST_KEY_1"), pool.fp("TEST_KEY_2")
     assert [lease.fingerprint for lease in ff] == [one, one, two, two, one]
-    ref.tell(Release("ff", two, "f2", 200))
+    ref.tell(Release("ff", two))
     assert ask_blocking(ref, Lease("ff", "f5")).fingerprint == two
 
 
@@ -346,7 +263,7 @@ def test_the_secret_never_reaches_the_log_or_a_repr(pool: Pool) -> None:
         lease = ask_blocking(ref, Lease("p1", f"c{i}"))
         for text in (repr(lease), str(lease)):
             assert lease.secret not in text and lease.fingerprint in text
-        ref.tell(Release("p1", lease.fingerprint, f"c{i}", 429))
+        ref.tell(Release("p1", lease.fingerprint))
     ref.stop()  # restart and removal are recorded too
     ref = pool.start(providers(("p1", ["TEST_KEY_1"], "round_robin", 4)))
     pool.settle(ref)
@@ -355,7 +272,7 @@ def test_the_secret_never_reaches_the_log_or_a_repr(pool: Pool) -> None:
     assert pool.environ["TEST_KEY_1"] not in repr([state])
     for variable in ("TEST_KEY_1", "TEST_KEY_2"):
         assert pool.environ[variable] in default_redactor  # registered for scrubbing
-    assert len(pool.events("p1")) == 2 + 4 + 4 + 1
+    assert len(pool.events("p1")) == 2 + 1
 
     pykka.ActorRegistry.stop_all()
     pool.log.close()

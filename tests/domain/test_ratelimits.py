@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sessionwarden.actors.ratelimits import (
+from sessionwarden.domain.ratelimits import (
     RateLimitBucket,
     RateLimitSnapshot,
     parse_duration,

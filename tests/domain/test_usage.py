@@ -5,14 +5,13 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sessionwarden.actors.errors import ActorError, UsageRejected
-from sessionwarden.actors.usage import (
-    API_MODES,
+from sessionwarden.config import API_MODES, ApiMode
+from sessionwarden.domain.errors import DomainError, UsageRejected
+from sessionwarden.domain.usage import (
     FLAG_CACHE_EXCEEDS_INPUT,
     FLAG_INCOMPLETE,
     FLAG_REASONING_EXCEEDS_OUTPUT,
     MAX_TOKENS_PER_FIELD,
-    ApiMode,
     CanonicalUsage,
     estimate_tokens,
     estimate_usage,
@@ -168,7 +167,7 @@ def test_bad_counters_are_rejected(value: object, reason: str) -> None:
         normalise_usage("chat_completions", {"prompt_tokens": value, "completion_tokens": 1})
     assert info.value.field == "prompt_tokens"
     assert reason in info.value.reason
-    assert isinstance(info.value, ActorError) and isinstance(info.value, SessionwardenError)
+    assert isinstance(info.value, DomainError) and isinstance(info.value, SessionwardenError)
 
 
 def test_rejection_names_nested_field_without_echoing_value() -> None:

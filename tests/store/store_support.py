@@ -19,7 +19,7 @@ def ev(data: str = "x", *, key: str | None = None, type_: str = "test.happened.v
 
 def session_ev(n: int = 0) -> NewEvent:
     """A real, decodable event (replay --verify decodes every event)."""
-    encoded = CODEC.encode(SessionStarted(session_id=f"s-{n}", model="m"))
+    encoded = CODEC.encode(SessionStarted(client=f"s-{n}", model="m"))
     return NewEvent(encoded.type, encoded.data, encoded.schema_version)
 
 

@@ -6,7 +6,7 @@ Run as ``python tests/store/store_worker.py DB MODE ARGS...``. Modes:
     Append batches of 1-20 events spread over 1-3 streams with ``append_batch`` from
     ``THREADS`` threads, forever. After each acknowledged batch print
     ``ack <first_seq> <last_seq> <batch_id> <n_events>``. Every event is a real
-    ``SessionStarted`` whose ``session_id`` is the batch id and whose ``model`` is
+    ``SessionStarted`` whose ``client`` is the batch id and whose ``model`` is
     ``"<index>/<n_events>"``, so a reopened log tells which batch each event belongs to and
     whether a batch is complete. The parent kills this process with SIGKILL.
 
@@ -47,7 +47,7 @@ def emit(line: str) -> None:
 
 
 def event(session_id: str, model: str) -> NewEvent:
-    tag, version, data = CODEC.encode(SessionStarted(session_id=session_id, model=model))
+    tag, version, data = CODEC.encode(SessionStarted(client=session_id, model=model))
     return NewEvent(tag, data, schema_version=version)
 
 

@@ -100,9 +100,9 @@ class Audit:
                 decoded = CODEC.decode(ev.type, ev.data)
                 assert isinstance(decoded, SessionStarted)
                 index, total = map(int, decoded.model.split("/"))
-                assert index not in batches[decoded.session_id], f"duplicate event {decoded}"
-                batches[decoded.session_id][index] = (ev.seq, total)
-                self.by_seq[ev.seq] = (decoded.session_id, index, total)
+                assert index not in batches[decoded.client], f"duplicate event {decoded}"
+                batches[decoded.client][index] = (ev.seq, total)
+                self.by_seq[ev.seq] = (decoded.client, index, total)
             assert expected_seq - 1 == head
             integrity = log.read_connection().execute("PRAGMA integrity_check").fetchall()
             assert integrity == [("ok",)]

@@ -35,7 +35,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with EventLog(db, projections=[StreamsView()]) as log:
         for i in range(N):
             if i % 3 == 0:
-                event = _new(SessionStarted(session_id=f"s{i}", model="m", client="c"), f"k{i}")
+                event = _new(SessionStarted(model="m", client=f"c{i}"), f"k{i}")
                 log.append(f"session-{i % 4}", [event])
             elif i % 3 == 1:
                 event = _new(CredentialAdded(provider="p", ref=f"env:K{i}", fingerprint=f"f{i}"))
@@ -108,7 +108,7 @@ def insert_forged(conn: apsw.Connection, k: int) -> None:
     assert isinstance(prev, bytes)
     conn.execute("UPDATE events SET seq = -seq WHERE seq >= ?", (k,))
     conn.execute("UPDATE events SET seq = 1 - seq WHERE seq < 0")
-    forged = _new(SessionStarted(session_id="forged", model="m"))
+    forged = _new(SessionStarted(model="m", client="forged"))
     fields = ("forged-stream", 1, forged.type, forged.schema_version,
               "2020-01-01T00:00:00.000000+00:00", None, forged.data)
     digest = event_hash(prev, k, *fields)
