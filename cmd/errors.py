@@ -6,6 +6,8 @@ The tree::
     └── CommandError            exit 1   anything the CLI reports without a traceback
         ├── ConfigError         exit 78  a bad or unreadable config file (EX_CONFIG)
         ├── UsageError          exit 64  bad command-line usage (EX_USAGE)
+        ├── ListenError         exit 69  the address to listen on is in use or cannot be
+        │                                bound (EX_UNAVAILABLE)
         └── UnknownModel        exit 78  a model name the configuration cannot resolve
 
 Messages are safe to show a user: they name the offending key path and never contain a
@@ -16,7 +18,7 @@ from typing import ClassVar
 
 from sessionwarden.errors import SessionwardenError
 
-__all__ = ["CommandError", "ConfigError", "UnknownModel", "UsageError"]
+__all__ = ["CommandError", "ConfigError", "ListenError", "UnknownModel", "UsageError"]
 
 
 class CommandError(SessionwardenError):
@@ -45,6 +47,12 @@ class UsageError(CommandError):
     """The command line itself is wrong (unknown option, conflicting flags, bad value)."""
 
     exit_code: ClassVar[int] = 64
+
+
+class ListenError(CommandError):
+    """The daemon cannot listen: the address is in use or cannot be bound."""
+
+    exit_code: ClassVar[int] = 69
 
 
 class UnknownModel(CommandError):
