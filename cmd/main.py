@@ -4,6 +4,11 @@ Every subcommand is a function ``run(args, db) -> exit code``. Errors a user can
 (:class:`~sessionwarden.errors.SessionwardenError`) become one line on stderr and their
 exit code; a bug becomes one line naming the exception type and a pointer to
 ``--debug``, which shows the traceback for developers.
+
+The database path is decided here, and so is its directory, which the store never
+creates: a path the user chose (``--db``, ``$SESSIONWARDEN_DB``) must be in an existing
+directory, since a typo there must not start a new, empty log somewhere else; the default
+state directory is created (0700) before a command that writes.
 """
 
 import argparse
@@ -21,11 +26,14 @@ from sessionwarden.errors import SessionwardenError
 from sessionwarden.store import default_db_path
 from sessionwarden.store.errors import CorruptStore, StoreUnavailable
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "database", "main"]
 
 #: Exit code for a database that cannot be opened or is corrupt (EX_IOERR / EX_DATAERR).
 EXIT_UNAVAILABLE = 74
 EXIT_CORRUPT = 65
+
+#: The commands that may create the log, and so the default state directory.
+_WRITING_COMMANDS = frozenset({"daemon", "demo"})
 
 
 def _common_options(default_db: object, default_debug: object) -> argparse.ArgumentParser:
@@ -49,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[_common_options(default_db=None, default_debug=False)],
     )
     parser.add_argument("--version", action="version", version=f"sessionwarden {__version__}")
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command")
     sub.required = True
     # Subparsers copy --db so it may stand before or after the command name. Their copies
     # default to "not given": a subparser's default would overwrite what the main parser
@@ -68,12 +76,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def database(args: argparse.Namespace, environ: dict[str, str]) -> Path:
+    """The database path for ``args``, its directory checked or (if the default) created.
+
+    Raises:
+        StoreUnavailable: a chosen path's directory is missing or not a directory, or the
+            default state directory cannot be created.
+    """
+    chosen = args.db is not None or bool(environ.get("SESSIONWARDEN_DB"))
+    db: Path = args.db or default_db_path(environ)
+    directory = db.parent
+    if chosen:
+        if not directory.exists():
+            raise StoreUnavailable(f"{directory}: no such directory")
+        if not directory.is_dir():
+            raise StoreUnavailable(f"{directory}: not a directory")
+    elif args.command in _WRITING_COMMANDS:
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"{directory}: cannot create the state directory ({exc.strerror})"
+            ) from None
+    return db
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (and exits with it as a script)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    db: Path = args.db or default_db_path(dict(os.environ))
     try:
+        db = database(args, dict(os.environ))
         code: int = args.run(args, db)
     except CommandError as exc:
         print(f"sessionwarden: {exc}", file=sys.stderr)

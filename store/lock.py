@@ -26,7 +26,7 @@ class InstanceLock:
     """An exclusive claim on a database, held until :meth:`release` or process exit."""
 
     def __init__(self, db_path: Path) -> None:
-        """Claim ``db_path``.
+        """Claim ``db_path``. Its directory must exist: the lock never creates it.
 
         Raises:
             StoreClaimed: another process holds the claim (its pid is named).
@@ -34,7 +34,6 @@ class InstanceLock:
         """
         self.path = db_path.with_name(db_path.name + ".lock")
         self._fd: int | None = None
-        db_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         while True:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

@@ -68,3 +68,13 @@ def test_a_refused_second_daemon_leaves_the_first_ones_lock(
     assert lock_file(first).exists()  # still the first daemon's claim
     assert first.stop() == 0
     assert not lock_file(first).exists()
+
+
+def test_a_db_in_a_missing_directory_is_refused_not_created(
+    daemon_factory: DaemonMaker, tmp_path: Path
+) -> None:
+    missing = tmp_path / "typo"
+    daemon = daemon_factory(db=missing / "events.db")
+    assert daemon.spawn().wait(20) == 74, daemon.stderr()
+    assert daemon.stderr() == f"sessionwarden: {missing}: no such directory\n"
+    assert not missing.exists()
