@@ -16,17 +16,18 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn, cast
 
 from sessionwarden import __version__
 from sessionwarden.cmd.cli_log import add_log_commands
 from sessionwarden.cmd.cli_usage import add_usage_commands
 from sessionwarden.cmd.daemon import add_daemon_command
-from sessionwarden.cmd.errors import CommandError
+from sessionwarden.cmd.errors import CommandError, UsageError
 from sessionwarden.errors import SessionwardenError
 from sessionwarden.store import default_db_path
 from sessionwarden.store.errors import CorruptStore, StoreUnavailable
 
-__all__ = ["build_parser", "database", "main"]
+__all__ = ["Parser", "build_parser", "database", "main"]
 
 #: Exit code for a database that cannot be opened or is corrupt (EX_IOERR / EX_DATAERR).
 EXIT_UNAVAILABLE = 74
@@ -36,9 +37,23 @@ EXIT_CORRUPT = 65
 _WRITING_COMMANDS = frozenset({"daemon", "demo"})
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one exit code for bad usage: 64 (EX_USAGE), not 2.
+
+    The commands' own usage errors (:class:`UsageError`) exit 64, and a script should not
+    have to tell argparse's findings from theirs. Subparsers are made of this class too
+    (``add_subparsers`` defaults ``parser_class`` to the main parser's type).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage line and ``message`` to stderr, and exit 64."""
+        self.print_usage(sys.stderr)
+        self.exit(UsageError.exit_code, f"{self.prog}: error: {message}\n")
+
+
 def _common_options(default_db: object, default_debug: object) -> argparse.ArgumentParser:
     """``--db`` and ``--debug``, for the main parser and (as a parent) every subparser."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument(
         "--db", type=Path, default=default_db,
         help="event log (default: $SESSIONWARDEN_DB, else the user's state directory)",
@@ -51,13 +66,18 @@ def _common_options(default_db: object, default_debug: object) -> argparse.Argum
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser of the CLI."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sessionwarden",
         description="Govern long LLM-agent sessions; audit every decision in an event log.",
         parents=[_common_options(default_db=None, default_debug=False)],
     )
     parser.add_argument("--version", action="version", version=f"sessionwarden {__version__}")
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command")
+    # The commands register on plain ArgumentParser subparsers; these are Parsers (the
+    # main parser's class), which only changes the exit code of their errors.
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(title="commands", metavar="COMMAND", dest="command"),
+    )
     sub.required = True
     # Subparsers copy --db so it may stand before or after the command name. Their copies
     # default to "not given": a subparser's default would overwrite what the main parser
