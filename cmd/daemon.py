@@ -1,4 +1,4 @@
-"""``sessionwarden daemon``: run the actors, the proxy and the control API until signalled.
+"""``sessionwarden daemon``: run the actors and the OpenAI-compatible proxy until signalled.
 
 Start-up order: configuration (a bad file exits 78 naming the key), the database's
 single-instance lock (a second daemon on the same database exits 74 at once and leaves
@@ -37,7 +37,7 @@ _GRACE_S = 30
 
 def add_daemon_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Register ``daemon`` on the CLI's subparsers."""
-    p = sub.add_parser("daemon", help="run the proxy and control API until SIGINT/SIGTERM")
+    p = sub.add_parser("daemon", help="run the proxy until SIGINT/SIGTERM")
     p.add_argument("--config", type=Path, default=None,
                    help="TOML config (default: $SESSIONWARDEN_CONFIG, else the environment)")
     p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
