@@ -1,13 +1,15 @@
-"""CheckpointActor: keeps the write-ahead log short and records every checkpoint.
+"""CheckpointActor: the safety net that keeps the write-ahead log short; records checkpoints.
 
-The writer's automatic checkpoints are turned off in the daemon; instead the store tells
-this actor about each commit, and every ``every`` commits it runs a PASSIVE checkpoint on
-its own connection (it never blocks writers or readers). PASSIVE cannot reset the WAL
-while readers keep starting transactions on it, so when the WAL file grows beyond
-``max_wal_bytes`` it escalates to TRUNCATE, whose busy handler waits (briefly) for the
-current readers to finish so the next writer starts at the front of a zero-length file.
-At shutdown it runs a final TRUNCATE. Each checkpoint is recorded as WalCheckpointed on
-``store-checkpoints``.
+In the daemon the writer connection keeps SQLite's automatic checkpoint (every 1,000 WAL
+pages, run by the writer between two commits): that is when a checkpoint can complete
+and let the next commit restart the WAL (ARCHITECTURE.md, "Checkpoints"). On top of it,
+the store tells this actor about each commit, and every ``every`` commits it runs a
+PASSIVE checkpoint on its own connection (it never blocks writers or readers). PASSIVE
+cannot reset the WAL while readers keep starting transactions on it, so when the WAL
+file grows beyond ``max_wal_bytes`` it escalates to TRUNCATE, whose busy handler waits
+(briefly) for the current readers to finish so the next writer starts at the front of a
+zero-length file. At shutdown it runs a final TRUNCATE. Each checkpoint is recorded as
+WalCheckpointed on ``store-checkpoints``.
 """
 
 import os

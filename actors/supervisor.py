@@ -50,7 +50,8 @@ class Supervisor:
         self._refs: dict[str, pykka.ActorRef[Any]] = {}
         self._failures: dict[str, deque[float]] = {name: deque() for name in self._order}
         self._lock = threading.Lock()
-        self._stopping = False
+        # An Event, not a flag: a restart waiting out its backoff wakes at once on stop().
+        self._stopping = threading.Event()
         self._restarting: list[threading.Thread] = []
         self._max_restarts = max_restarts
         self._window_s = window_s
@@ -71,7 +72,7 @@ class Supervisor:
         # which this ping turns into an exception here instead of a silent dead ref.
         ref.ask(Ping(), timeout=self._start_timeout_s)
         with self._lock:
-            if not self._stopping:
+            if not self._stopping.is_set():
                 self._refs[name] = ref
                 return
         # stop() ran while this (re)start was under way: it must not outlive stop().
@@ -86,7 +87,7 @@ class Supervisor:
         return list(self._order)
 
     def _failed(self, name: str, exc: BaseException) -> None:
-        if self._stopping:
+        if self._stopping.is_set():
             return
         logger.error("actor {} failed: {}: {}; restarting", name, type(exc).__name__, exc)
         thread = threading.Thread(
@@ -111,9 +112,8 @@ class Supervisor:
                 self._window_s,
             )
             return
-        time.sleep(self._backoff_s * 2 ** (attempts - 1))
-        if self._stopping:
-            return
+        if self._stopping.wait(self._backoff_s * 2 ** (attempts - 1)):
+            return  # stop() came during the backoff
         try:
             self._start(name)
         except Exception as exc:
@@ -123,9 +123,14 @@ class Supervisor:
         logger.info("actor {} restarted (state recovered from the log)", name)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop the children in reverse start order, each after its queued messages."""
+        """Stop the children in reverse start order, each after its queued messages.
+
+        ``timeout`` bounds the wait for each restart under way and for each child's stop.
+        A restart still starting its child when that wait gives up stops the child itself
+        once it is up, so no child outlives the supervisor.
+        """
         with self._lock:
-            self._stopping = True
+            self._stopping.set()
             restarting = list(self._restarting)
         for thread in restarting:
             thread.join(timeout)

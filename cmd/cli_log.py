@@ -2,6 +2,9 @@
 
 Each opens the database read-only (except ``demo``, which appends) and never blocks a
 live daemon: reads are short transactions on a WAL database.
+
+``events`` matching nothing is not an error (exit 0): the text output says so on stderr,
+so a pipe sees no lines, and ``--json`` prints no lines.
 """
 
 import argparse
@@ -82,7 +85,9 @@ def run_events(args: argparse.Namespace, db: Path) -> int:
         else:
             events = log.read_all(args.after, limit=args.limit)
         out = sys.stdout
+        printed = 0
         for e in events:
+            printed += 1
             if args.json:
                 record = {
                     "seq": e.seq, "stream": e.stream, "version": e.version, "type": e.type,
@@ -96,6 +101,10 @@ def run_events(args: argparse.Namespace, db: Path) -> int:
                 out.write(
                     f"{e.seq:>8}  {e.recorded_at}  {e.stream}@{e.version}  {e.type}  {body}\n"
                 )
+    if not printed and not args.json:
+        filtered = args.stream or args.after or args.limit is not None
+        print("no events recorded" + (" matching the filters" if filtered else ""),
+              file=sys.stderr)
     return 0
 
 

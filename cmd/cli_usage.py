@@ -13,6 +13,9 @@ Cost rules (a cost that is not known is never shown as 0):
   once pricing exists) the group has that status; when known statuses mix, ``"partial"``;
 * known costs are summed as :class:`~decimal.Decimal` from the strings in the ledger.
 
+A query that matches nothing is not an error (exit 0): the text says so, ``--json``
+prints the empty answer (``usage``: ``[]``; ``status``: its object with no sessions).
+
 ``--since`` is inclusive. ``--until`` is inclusive too: a date covers that whole day, a
 datetime is the last instant included. Times are UTC unless they carry an offset.
 Per group, calls whose usage ``source`` is not ``"provider"`` are counted by source
@@ -265,8 +268,6 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
                 conn.execute("COMMIT")
         except apsw.Error as exc:
             raise translate(exc, db) from None
-    if args.session and not sessions:
-        raise CommandError(f"unknown session {args.session!r}")
     out_sessions: list[dict[str, Any]] = []
     for sid, model, calls, last_status, credential, started_at, last_at in sessions:
         g = usage.get(sid, Group(sid))
@@ -288,7 +289,7 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
     else:
         print("credentials: none")
     if not out_sessions:
-        print("sessions: none recorded")
+        print("sessions: none recorded" + (" matching the filters" if args.session else ""))
         return 0
     headers = ["SESSION", "MODEL", "CALLS", "INPUT", "OUTPUT", "COST", "LAST_STATUS",
                "CREDENTIAL", "STARTED", "LAST"]

@@ -1,11 +1,13 @@
-"""``sessionwarden daemon``: run the actors, the proxy and the control API until signalled.
+"""``sessionwarden daemon``: run the actors and the OpenAI-compatible proxy until signalled.
 
 Start-up order: configuration (a bad file exits 78 naming the key), the database's
 single-instance lock (a second daemon on the same database exits 74 at once and leaves
 the first untouched), the listening socket (bound before anything else starts, so a port
-clash is a one-line error), the actors (each recovers from the log), then the server.
-SIGINT/SIGTERM stop accepting, let in-flight requests finish (bounded), stop the actors in
-reverse order, run a TRUNCATE checkpoint, release the lock and exit 0.
+in use is a one-line error, exit 69), the actors (each recovers from the log), then the
+server. SIGINT/SIGTERM stop accepting, let in-flight requests finish (bounded), stop the
+actors in reverse order, run a TRUNCATE checkpoint, release the lock and exit 0. Every
+exit after the lock was claimed, a failed start included, releases it, which removes
+``<db>.lock``; only a killed daemon leaves the file, and the next claim takes it over.
 """
 
 import argparse
@@ -20,7 +22,7 @@ from typing import Any
 import uvicorn
 from loguru import logger
 from sessionwarden.cmd.config import load_config
-from sessionwarden.cmd.errors import CommandError, UsageError
+from sessionwarden.cmd.errors import CommandError, ListenError, UsageError
 from sessionwarden.cmd.http import ASGIReceive, ASGISend
 from sessionwarden.cmd.logs import setup_logging
 from sessionwarden.cmd.runtime import Runtime
@@ -35,7 +37,7 @@ _GRACE_S = 30
 
 def add_daemon_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Register ``daemon`` on the CLI's subparsers."""
-    p = sub.add_parser("daemon", help="run the proxy and control API until SIGINT/SIGTERM")
+    p = sub.add_parser("daemon", help="run the proxy until SIGINT/SIGTERM")
     p.add_argument("--config", type=Path, default=None,
                    help="TOML config (default: $SESSIONWARDEN_CONFIG, else the environment)")
     p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
@@ -105,7 +107,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host.strip("[]"), port))
     except OSError as exc:
         sock.close()
-        raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock

@@ -5,6 +5,8 @@ The tree::
     SessionwardenError
     └── CommandError            exit 1   anything the CLI reports without a traceback
         ├── UsageError          exit 64  bad command-line usage (EX_USAGE)
+        ├── ListenError         exit 69  the address to listen on is in use or cannot be
+        │                                bound (EX_UNAVAILABLE)
         └── BodyTooLarge                 a request body over ``[daemon] max_body_mib``
                                          (the daemon answers 413; never reaches the CLI)
 
@@ -17,7 +19,7 @@ from typing import ClassVar
 
 from sessionwarden.errors import SessionwardenError
 
-__all__ = ["BodyTooLarge", "CommandError", "UsageError"]
+__all__ = ["BodyTooLarge", "CommandError", "ListenError", "UsageError"]
 
 
 class CommandError(SessionwardenError):
@@ -30,6 +32,12 @@ class UsageError(CommandError):
     """The command line itself is wrong (unknown option, conflicting flags, bad value)."""
 
     exit_code: ClassVar[int] = 64
+
+
+class ListenError(CommandError):
+    """The daemon cannot listen: the address is in use or cannot be bound."""
+
+    exit_code: ClassVar[int] = 69
 
 
 class BodyTooLarge(CommandError):

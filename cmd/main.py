@@ -4,6 +4,11 @@ Every subcommand is a function ``run(args, db) -> exit code``. Errors a user can
 (:class:`~sessionwarden.errors.SessionwardenError`) become one line on stderr and their
 exit code; a bug becomes one line naming the exception type and a pointer to
 ``--debug``, which shows the traceback for developers.
+
+The database path is decided here, and so is its directory, which the store never
+creates: a path the user chose (``--db``, ``$SESSIONWARDEN_DB``) must be in an existing
+directory, since a typo there must not start a new, empty log somewhere else; the default
+state directory is created (0700) before a command that writes.
 """
 
 import argparse
@@ -11,18 +16,19 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn, cast
 
 from sessionwarden import __version__
 from sessionwarden.cmd.cli_log import add_log_commands
 from sessionwarden.cmd.cli_usage import add_usage_commands
 from sessionwarden.cmd.daemon import add_daemon_command
-from sessionwarden.cmd.errors import CommandError
+from sessionwarden.cmd.errors import CommandError, UsageError
 from sessionwarden.config import ConfigError
 from sessionwarden.errors import SessionwardenError
 from sessionwarden.store import default_db_path
 from sessionwarden.store.errors import CorruptStore, StoreUnavailable
 
-__all__ = ["build_parser", "main"]
+__all__ = ["Parser", "build_parser", "database", "main"]
 
 #: Exit code for a database that cannot be opened or is corrupt (EX_IOERR / EX_DATAERR).
 EXIT_UNAVAILABLE = 74
@@ -30,10 +36,27 @@ EXIT_CORRUPT = 65
 #: Exit code for an invalid configuration (EX_CONFIG).
 EXIT_CONFIG = 78
 
+#: The commands that may create the log, and so the default state directory.
+_WRITING_COMMANDS = frozenset({"daemon", "demo"})
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one exit code for bad usage: 64 (EX_USAGE), not 2.
+
+    The commands' own usage errors (:class:`UsageError`) exit 64, and a script should not
+    have to tell argparse's findings from theirs. Subparsers are made of this class too
+    (``add_subparsers`` defaults ``parser_class`` to the main parser's type).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage line and ``message`` to stderr, and exit 64."""
+        self.print_usage(sys.stderr)
+        self.exit(UsageError.exit_code, f"{self.prog}: error: {message}\n")
+
 
 def _common_options(default_db: object, default_debug: object) -> argparse.ArgumentParser:
     """``--db`` and ``--debug``, for the main parser and (as a parent) every subparser."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument(
         "--db", type=Path, default=default_db,
         help="event log (default: $SESSIONWARDEN_DB, else the user's state directory)",
@@ -46,13 +69,18 @@ def _common_options(default_db: object, default_debug: object) -> argparse.Argum
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser of the CLI."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sessionwarden",
         description="Govern long LLM-agent sessions; audit every decision in an event log.",
         parents=[_common_options(default_db=None, default_debug=False)],
     )
     parser.add_argument("--version", action="version", version=f"sessionwarden {__version__}")
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    # The commands register on plain ArgumentParser subparsers; these are Parsers (the
+    # main parser's class), which only changes the exit code of their errors.
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(title="commands", metavar="COMMAND", dest="command"),
+    )
     sub.required = True
     # Subparsers copy --db so it may stand before or after the command name. Their copies
     # default to "not given": a subparser's default would overwrite what the main parser
@@ -71,12 +99,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def database(args: argparse.Namespace, environ: dict[str, str]) -> Path:
+    """The database path for ``args``, its directory checked or (if the default) created.
+
+    Raises:
+        StoreUnavailable: a chosen path's directory is missing or not a directory, or the
+            default state directory cannot be created.
+    """
+    chosen = args.db is not None or bool(environ.get("SESSIONWARDEN_DB"))
+    db: Path = args.db or default_db_path(environ)
+    directory = db.parent
+    if chosen:
+        if not directory.exists():
+            raise StoreUnavailable(f"{directory}: no such directory")
+        if not directory.is_dir():
+            raise StoreUnavailable(f"{directory}: not a directory")
+    elif args.command in _WRITING_COMMANDS:
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"{directory}: cannot create the state directory ({exc.strerror})"
+            ) from None
+    return db
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (and exits with it as a script)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    db: Path = args.db or default_db_path(dict(os.environ))
     try:
+        db = database(args, dict(os.environ))
         code: int = args.run(args, db)
     except CommandError as exc:
         print(f"sessionwarden: {exc}", file=sys.stderr)

@@ -4,6 +4,13 @@ The lock is an ``flock`` on ``<db>.lock``, never on the database or its ``-wal``
 files: SQLite's own locks are POSIX record locks, which a process loses the moment it
 closes *any* descriptor of the same file. ``flock`` locks belong to the open file
 description, so the kernel releases ours when the process dies, even by SIGKILL.
+
+A clean release removes the file (a SIGKILLed holder leaves it behind; the next claim
+takes it over). Removing a lock file is only safe if the holder unlinks it while still
+holding the flock, and every claimant checks after its flock that the path still names
+the file it locked: otherwise a process that opened the old file just before the unlink
+would lock a file no longer in the directory while a third process created and locked a
+new one, and both would believe they held the database.
 """
 
 import fcntl
@@ -19,36 +26,62 @@ class InstanceLock:
     """An exclusive claim on a database, held until :meth:`release` or process exit."""
 
     def __init__(self, db_path: Path) -> None:
-        """Claim ``db_path``.
+        """Claim ``db_path``. Its directory must exist: the lock never creates it.
 
         Raises:
             StoreClaimed: another process holds the claim (its pid is named).
             StoreUnavailable: the lock file cannot be created.
         """
         self.path = db_path.with_name(db_path.name + ".lock")
-        db_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._fd: int | None = None
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise StoreUnavailable(
+                    f"{self.path}: cannot create the lock file ({exc.strerror})"
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise StoreClaimed(
+                    f"{db_path} is in use by another sessionwarden daemon (pid {holder})"
+                ) from None
+            if self._names(fd):
+                break
+            # The holder we waited for released and unlinked the file between our open()
+            # and our flock(): this lock guards nothing. Start over on the current name.
+            os.close(fd)
+        self._fd = fd
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+    def _names(self, fd: int) -> bool:
+        """Whether :attr:`path` names the file open as ``fd``."""
         try:
-            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise StoreUnavailable(f"{self.path}: cannot create the lock file ({exc})") from None
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(self._fd)
-            self._fd = None
-            raise StoreClaimed(
-                f"{db_path} is in use by another sessionwarden daemon (pid {holder})"
-            ) from None
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+            on_disk = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(fd)
+        return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)
 
     def release(self) -> None:
-        """Give up the claim."""
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        """Give up the claim and remove the lock file; idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            # Unlink while the flock is still held (see the module docstring). Only our
+            # own file: one a user replaced by hand belongs to someone else.
+            if self._names(fd):
+                os.unlink(self.path)
+        except OSError:
+            pass  # a lock file that cannot be removed is harmless: the next claim reuses it
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     def __enter__(self) -> "InstanceLock":
         return self

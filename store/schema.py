@@ -3,9 +3,11 @@
 Every connection is opened here so every pragma is applied the same way: WAL, FULL
 synchronous commits, a short busy timeout (the application retries with jitter on top, see
 ``sessionwarden.store.retry``), and no double-quoted string literals. Files are created
-0600 and directories 0700; SQLite gives the ``-wal`` and ``-shm`` files the mode of the
-database file, so creating the database under a 0077 umask covers all three without ever
-opening them outside SQLite (closing a descriptor would drop SQLite's POSIX locks).
+0600; SQLite gives the ``-wal`` and ``-shm`` files the mode of the database file, so
+creating the database under a 0077 umask covers all three without ever opening them
+outside SQLite (closing a descriptor would drop SQLite's POSIX locks). Directories are
+never created here: the caller decides whether a missing one may be made (the CLI makes
+only its default state directory, 0700).
 """
 
 import os
@@ -128,8 +130,11 @@ _PRESIZE_MAX_PAGES = 4096
 def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
     """Open a connection with the log's pragmas; create the file (0600) if writable.
 
+    The file's directory must exist; it is never created here.
+
     Raises:
-        StoreUnavailable: the file is missing (read-only mode) or cannot be opened.
+        StoreUnavailable: the file (read-only mode) or its directory is missing, or the
+            file cannot be opened.
         CorruptStore: the file is not a SQLite database.
     """
     if path.is_dir():
@@ -140,9 +145,10 @@ def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
             raise StoreUnavailable(f"{path}: no event log here (nothing has been recorded)")
         flags = apsw.SQLITE_OPEN_READONLY
     else:
-        parent = path.parent
-        if not parent.exists():
-            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # The store never creates directories: whether a missing one is a typo or a
+        # first run is the caller's call (the CLI creates only its default directory).
+        if not path.parent.is_dir():
+            raise StoreUnavailable(f"{path.parent}: no such directory")
         flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     try:
         with _umask_lock:

@@ -11,7 +11,8 @@ tell the kinds of damage apart:
 - ``unlinked``: an event links to nothing we know.
 
 Truncation of the newest events leaves a valid, shorter chain; only an anchor kept
-elsewhere (``replay --verify --expect-head SEQ:HASH``) can reveal it.
+elsewhere can reveal it: the head hash ``replay --verify`` prints, written down and
+compared with the hash of that event later (there is no option that checks it for you).
 """
 
 from collections.abc import Iterable

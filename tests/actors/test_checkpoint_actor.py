@@ -1,7 +1,8 @@
 """CheckpointActor (actors/checkpoint.py): periodic PASSIVE, TRUNCATE escalation and shutdown.
 
-The actor is subscribed to the store's commits the way cmd/runtime.py's
-``_CheckpointStarter`` does it, on a log opened with ``autocheckpoint=False``.
+The actor is subscribed to the store's commits as cmd/runtime.py subscribes it. The
+tests open their log with ``autocheckpoint=False`` (the daemon keeps the writer's
+automatic checkpoint on) so that every checkpoint they see is the actor's.
 """
 
 import os

@@ -371,6 +371,10 @@ def test_failures_older_than_the_window_are_forgotten(harness: Harness) -> None:
     assert sup.ref("flaky").is_alive()
 
 
+def restart_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"sw-restart-{name}"]
+
+
 def test_stop_during_a_restart_leaves_no_child_running(harness: Harness) -> None:
     journal: list[tuple[Any, ...]] = []
     entered, release = threading.Event(), threading.Event()
@@ -388,7 +392,29 @@ def test_stop_during_a_restart_leaves_no_child_running(harness: Harness) -> None
     sup.start()
     sup.ref("slow").tell("crash")
     assert entered.wait(5)
-    sup.stop(timeout=5)  # the daemon shuts down while the child is being restarted
+    # The daemon shuts down while the child is being restarted, and stop() gives up
+    # waiting for the restart (a short timeout: the gate holds it until after stop()).
+    sup.stop(timeout=0.05)
+    assert restart_threads("slow"), "the restart must still be under way after stop()"
     release.set()
-    wait_until(lambda: not any(t.name == "sw-restart-slow" for t in threading.enumerate()))
+    wait_until(lambda: not restart_threads("slow"))
+    # The restarted instance saw the stop and stopped itself: no child outlives stop().
+    assert pykka.ActorRegistry.get_by_class(RecorderActor) == []
+    assert journal.count(("stop", "slow")) == 1
+
+
+def test_stop_does_not_wait_out_a_restart_backoff(harness: Harness) -> None:
+    journal: list[tuple[Any, ...]] = []
+    sup = harness.supervise([
+        ActorSpec("flaky", lambda f: RecorderActor.start("flaky", journal, f)),
+    ], backoff_s=10.0)
+    sup.start()
+    sup.ref("flaky").tell("crash")
+    wait_until(lambda: restart_threads("flaky"))  # waiting out its 10 s backoff
+    started = time.monotonic()
+    sup.stop(timeout=5)
+    assert time.monotonic() - started < 1.0
+    wait_until(lambda: not restart_threads("flaky"))
+    assert journal.count(("on_start", "flaky")) == 1  # never restarted
+    assert sup.restarts["flaky"] == 0
     assert pykka.ActorRegistry.get_by_class(RecorderActor) == []

@@ -276,6 +276,7 @@ class DaemonMaker:
         token = token or "swt-" + secrets.token_hex(16)
         env = clean_env() | keys | {"SESSIONWARDEN_TOKEN": token}
         db = db or self.base / "db" / "events.db"
+        db.parent.mkdir(mode=0o700, exist_ok=True)  # an explicit --db needs its directory
         daemon = Daemon(workdir, db, config, env, token, keys, args)
         self.made.append(daemon)
         return daemon

@@ -110,7 +110,7 @@ def test_events_refuses_a_bad_count_as_usage(
 ) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["events", "--db", str(db), option, value])
-    assert exited.value.code == 2
+    assert exited.value.code == 64
     assert f"argument {option}:" in capsys.readouterr().err
 
 

@@ -23,7 +23,9 @@ CAP_MIB = 1
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, FakeProviderServer]]:
     """The module's fake upstream and daemon, stopped (SIGTERM, else SIGKILL) at the end."""
     with FakeProviderServer() as server:
-        maker = DaemonMaker(tmp_path_factory.mktemp("security"), server)
+        base = tmp_path_factory.mktemp("security")
+        maker = DaemonMaker(base, server)
+        (base / "db").mkdir(mode=0o700)  # an explicit --db must name an existing directory
         try:
             daemon = maker(extra_config=f"[daemon]\nmax_body_mib = {CAP_MIB}\n").start()
             yield daemon, server

@@ -453,8 +453,11 @@ def test_writer_connections_use_wal_and_full_sync(log: EventLog, db: Path) -> No
 # -- files are private -----------------------------------------------------------------------
 
 
-def test_files_are_0600_and_the_directory_0700(tmp_path: Path) -> None:
-    db = tmp_path / "state" / "sessionwarden" / "events.db"
+def test_files_are_0600(tmp_path: Path) -> None:
+    # The directory is the caller's (the CLI creates its default one 0700:
+    # tests/cmd/test_cli_db_path.py); the store never creates one.
+    db = tmp_path / "state" / "events.db"
+    db.parent.mkdir()
     old = os.umask(0o022)  # a permissive caller umask must not leak into our files
     try:
         with EventLog(db, projections=[StreamsView()]) as log:
@@ -472,7 +475,15 @@ def test_files_are_0600_and_the_directory_0700(tmp_path: Path) -> None:
         "events.db-shm": 0o600,
         "events.db.lock": 0o600,
     }
-    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+
+
+def test_the_store_never_creates_a_directory(tmp_path: Path) -> None:
+    db = tmp_path / "missing" / "events.db"
+    with pytest.raises(StoreUnavailable, match="no such directory"):
+        EventLog(db)
+    with pytest.raises(StoreUnavailable, match="cannot create the lock file"):
+        InstanceLock(db)
+    assert not db.parent.exists()
 
 
 # -- opening: missing, read-only, foreign and garbage files ---------------------------------

@@ -1,0 +1,81 @@
+"""The CLI's entry point (cmd/main.py): bad usage of any kind has one exit code, 64.
+
+argparse exits 2 on its own errors; README documents 64 (EX_USAGE) for every bad usage,
+the ones argparse finds (unknown option, missing command, a value of the wrong type) and
+the ones the commands find (``usage --since yesterday``) alike.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sessionwarden.cmd.main import main
+from sessionwarden.store import EventLog
+
+EX_USAGE = 64
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "events.db"
+    EventLog(path).close()
+    return path
+
+
+@pytest.mark.parametrize("argv", [
+    [],                                       # no command
+    ["nonsense"],                             # unknown command
+    ["--no-such-option", "events"],           # unknown option, main parser
+    ["events", "--no-such-option"],           # unknown option, subparser
+    ["events", "--limit", "ten"],             # a value of the wrong type
+    ["events", "--after", "-5"],              # a value out of range
+    ["events", "--stream"],                   # an option without its value
+    ["usage", "--by", "colour"],              # not one of the choices
+    ["usage", "--json", "--csv"],             # mutually exclusive options
+    ["daemon", "--port", "eighty"],
+    ["status", "extra-argument"],
+])
+def test_argparse_errors_exit_64_with_usage_and_one_message(
+    db: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--db", str(db)] if argv and argv[0] != "nonsense" else argv)
+    assert exited.value.code == EX_USAGE
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert lines[0].startswith("usage: sessionwarden")
+    assert lines[-1].startswith("sessionwarden") and ": error: " in lines[-1]
+    assert "Traceback" not in err
+
+
+def test_a_command_found_bad_usage_exits_64_too(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["usage", "--db", str(db), "--since", "yesterday"]) == EX_USAGE
+
+
+def test_the_installed_command_exits_64_on_an_unknown_option(db: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionwarden.cmd.main", "events", "--db", str(db), "--bogus"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == EX_USAGE, done.stderr
+    assert "unrecognized arguments: --bogus" in done.stderr
+
+
+def test_help_and_version_still_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], ["events", "--help"], ["--version"]):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 0
+    assert "sessionwarden" in capsys.readouterr().out
+
+
+def test_readme_documents_one_exit_code_for_bad_usage() -> None:
+    rows = [line for line in README.read_text().splitlines() if line.startswith("| ")]
+    usage_rows = [row for row in rows if "bad" in row and "usage" in row]
+    assert [row.split("|")[1].strip() for row in usage_rows] == ["64"]
+    assert not any(row.startswith("| 2 |") for row in rows)

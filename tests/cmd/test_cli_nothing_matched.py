@@ -1,0 +1,94 @@
+"""One rule for a query that matches nothing: not an error.
+
+``events``, ``usage`` and ``status`` exit 0 when their filters match nothing. The text
+output says so (``events`` on stderr, so a pipe sees no lines); ``--json`` prints the
+empty answer: no lines for ``events``, ``[]`` for ``usage``, the usual object with no
+sessions for ``status``.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from sessionwarden.actors.ledger import usage_stream
+from sessionwarden.actors.messages import new_event
+from sessionwarden.actors.session import session_stream
+from sessionwarden.cmd.main import main
+from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.events import CallAdmitted, SessionStarted, UpstreamResponded, UsageRecorded
+from sessionwarden.store import EventLog
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A log with one session, ``alpha``, and one call of it in the ledger."""
+    path = tmp_path / "events.db"
+    sid, call = "alpha", "alpha-c1"
+    with EventLog(path, projections=default_projections()) as log:
+        log.append(session_stream(sid), [
+            new_event(SessionStarted(session_id=sid, model="openai/m")),
+            new_event(CallAdmitted(call_id=call, session_id=sid, provider="openai",
+                                   model="m", message_count=1, estimated_tokens=5)),
+            new_event(UpstreamResponded(call_id=call, session_id=sid, status=200,
+                                        latency_ms=1.0, credential="fp:aaaaaaaaaaaa")),
+        ])
+        log.append(usage_stream(sid), [new_event(UsageRecorded(
+            call_id=call, session_id=sid, provider="openai", model="m",
+            credential="fp:aaaaaaaaaaaa", status=200, input_tokens=5, output_tokens=1,
+            source="provider"))])
+    return path
+
+
+def test_the_fixture_matches_what_the_filters_name(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The same filters with a name that exists do find something.
+    assert len(run(capsys, "events", "--db", str(db), "--stream", "session-alpha")[1]
+               .splitlines()) == 3
+    assert len(json.loads(run(capsys, "usage", "--db", str(db), "--session", "alpha",
+                              "--json")[1])) == 1
+    assert len(json.loads(run(capsys, "status", "--db", str(db), "--session", "alpha",
+                              "--json")[1])["sessions"]) == 1
+
+
+@pytest.mark.parametrize("filters", [["--stream", "session-nobody"], ["--after", "4"],
+                                     ["--limit", "0"]])
+def test_events_matching_nothing(
+    db: Path, capsys: pytest.CaptureFixture[str], filters: list[str]
+) -> None:
+    code, out, err = run(capsys, "events", "--db", str(db), *filters)
+    assert (code, out) == (0, "")
+    assert err == "no events recorded matching the filters\n"
+    assert run(capsys, "events", "--db", str(db), "--json", *filters) == (0, "", "")
+
+
+def test_events_of_an_empty_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "events.db"
+    EventLog(db).close()
+    assert run(capsys, "events", "--db", str(db)) == (0, "", "no events recorded\n")
+    assert run(capsys, "events", "--db", str(db), "--json") == (0, "", "")
+
+
+def test_usage_matching_nothing(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "usage", "--db", str(db), "--session", "nobody") == (
+        0, "no calls recorded matching the filters\n", "")
+    code, out, err = run(capsys, "usage", "--db", str(db), "--session", "nobody", "--json")
+    assert (code, err) == (0, "") and json.loads(out) == []
+    code, out, err = run(capsys, "usage", "--db", str(db), "--session", "nobody", "--csv")
+    assert (code, err) == (0, "") and len(out.splitlines()) == 1  # the header only
+
+
+def test_status_matching_nothing(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "status", "--db", str(db), "--session", "nobody")
+    assert (code, err) == (0, "")
+    assert out.startswith("events: 4\n")
+    assert out.endswith("sessions: none recorded matching the filters\n")
+    code, out, err = run(capsys, "status", "--db", str(db), "--session", "nobody", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"sessions": [], "credentials": [], "events": 4}

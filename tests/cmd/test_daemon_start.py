@@ -1,0 +1,80 @@
+"""How ``sessionwarden daemon`` starts and ends, run as a real subprocess.
+
+A start-up failure is one line on stderr with a documented exit code, and no exit of the
+daemon (a clean stop or a failed start) leaves ``<db>.lock`` behind.
+"""
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cmd.daemon_fixtures import Daemon, DaemonMaker
+
+EXIT_UNAVAILABLE = 69
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A loopback port another socket is listening on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        yield holder.getsockname()[1]
+
+
+def db_in(tmp_path: Path) -> Path:
+    directory = tmp_path / "state"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    return directory / "events.db"
+
+
+def lock_file(daemon: Daemon) -> Path:
+    return daemon.db.with_name(daemon.db.name + ".lock")
+
+
+def test_port_in_use_is_one_line_exit_69_and_leaves_no_lock(
+    daemon_factory: DaemonMaker, tmp_path: Path, busy_port: int
+) -> None:
+    daemon = daemon_factory(db=db_in(tmp_path), args=["--port", str(busy_port)])
+    proc = daemon.spawn()
+    assert proc.wait(30) == EXIT_UNAVAILABLE, daemon.stderr()
+    err = daemon.stderr()
+    assert err == (
+        f"sessionwarden: cannot listen on 127.0.0.1:{busy_port}: Address already in use\n"
+    )
+    assert not lock_file(daemon).exists()
+    # Nothing was left half-claimed: a daemon on the same database starts at once.
+    again = daemon_factory(db=daemon.db, name="after").start()
+    assert lock_file(again).exists()
+    assert again.stop() == 0
+
+
+def test_a_clean_stop_leaves_no_lock(daemon_factory: DaemonMaker, tmp_path: Path) -> None:
+    daemon = daemon_factory(db=db_in(tmp_path)).start()
+    assert lock_file(daemon).read_text() == f"{daemon.proc.pid if daemon.proc else '?'}\n"
+    assert daemon.stop() == 0
+    assert not lock_file(daemon).exists()
+
+
+def test_a_refused_second_daemon_leaves_the_first_ones_lock(
+    daemon_factory: DaemonMaker, tmp_path: Path
+) -> None:
+    first = daemon_factory(db=db_in(tmp_path)).start()
+    second = daemon_factory(db=first.db, name="second")
+    assert second.spawn().wait(30) == 74, second.stderr()
+    assert "in use by another sessionwarden daemon" in second.stderr()
+    assert lock_file(first).exists()  # still the first daemon's claim
+    assert first.stop() == 0
+    assert not lock_file(first).exists()
+
+
+def test_a_db_in_a_missing_directory_is_refused_not_created(
+    daemon_factory: DaemonMaker, tmp_path: Path
+) -> None:
+    missing = tmp_path / "typo"
+    daemon = daemon_factory(db=missing / "events.db")
+    assert daemon.spawn().wait(20) == 74, daemon.stderr()
+    assert daemon.stderr() == f"sessionwarden: {missing}: no such directory\n"
+    assert not missing.exists()

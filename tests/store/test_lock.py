@@ -1,0 +1,126 @@
+"""The single-instance lock (store/lock.py): no file left behind, and no two holders.
+
+``release()`` unlinks ``<db>.lock`` while it still holds the flock. That opens a race the
+acquire must close: a process that opened the old file before the unlink gets the flock
+on a file no longer in the directory, while a third creates a new file under the name
+and locks that. The acquire therefore checks, after the flock, that the path still names
+the file it locked, and starts over if not.
+"""
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sessionwarden.store import lock as lock_module
+from sessionwarden.store.errors import StoreClaimed
+from sessionwarden.store.lock import InstanceLock
+
+
+def test_release_removes_the_lock_file(db: Path) -> None:
+    claim = InstanceLock(db)
+    assert claim.path.read_text() == f"{os.getpid()}\n"
+    claim.release()
+    assert not claim.path.exists()
+    claim.release()  # idempotent
+    with InstanceLock(db) as again:
+        assert again.path.exists()
+    assert not again.path.exists()
+
+
+def test_a_stale_file_of_a_dead_holder_is_taken_over(db: Path) -> None:
+    stale = db.with_name(db.name + ".lock")
+    stale.write_text("99999999\n")  # left by a holder killed with SIGKILL
+    with InstanceLock(db) as claim:
+        assert claim.path.read_text() == f"{os.getpid()}\n"
+    assert not stale.exists()
+
+
+def _between_open_and_flock(
+    monkeypatch: pytest.MonkeyPatch, action: Callable[[], object]
+) -> list[int]:
+    """Run ``action`` between the acquirer's open() and its first flock()."""
+    real_flock = fcntl.flock
+    calls: list[int] = []
+
+    def flock(fd: int, operation: int) -> None:
+        first = not calls
+        calls.append(operation)
+        if first:
+            action()
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(lock_module.fcntl, "flock", flock)
+    return calls
+
+
+def test_a_file_unlinked_between_open_and_flock_is_not_a_claim(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = db.with_name(db.name + ".lock")
+    path.write_text("")
+    # Another holder's release() unlinks the file after this process opened it.
+    calls = _between_open_and_flock(monkeypatch, path.unlink)
+    claim = InstanceLock(db)
+    monkeypatch.undo()
+    try:
+        assert len([op for op in calls if op & fcntl.LOCK_EX]) == 2  # it started over
+        assert path.read_text() == f"{os.getpid()}\n"  # the name points at the held file
+        with pytest.raises(StoreClaimed):
+            InstanceLock(db)  # the third process is refused: one holder only
+    finally:
+        claim.release()
+
+
+def test_a_holder_releasing_between_open_and_flock_leaves_one_holder(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = InstanceLock(db)
+    _between_open_and_flock(monkeypatch, first.release)
+    second = InstanceLock(db)
+    monkeypatch.undo()
+    try:
+        assert second.path.read_text() == f"{os.getpid()}\n"
+        with pytest.raises(StoreClaimed):
+            InstanceLock(db)
+    finally:
+        second.release()
+    assert not second.path.exists()
+
+
+def test_threads_racing_for_the_lock_never_hold_it_together(db: Path) -> None:
+    # flock locks belong to open file descriptions, so threads with their own
+    # descriptors contend exactly as processes do.
+    holders: list[int] = []
+    overlaps: list[list[int]] = []
+    acquired = [0] * 4
+    guard = threading.Lock()
+    deadline = time.monotonic() + 0.5
+
+    def contend(n: int) -> None:
+        while time.monotonic() < deadline:
+            try:
+                claim = InstanceLock(db)
+            except StoreClaimed:
+                continue
+            with guard:
+                holders.append(n)
+                if len(holders) > 1:
+                    overlaps.append(list(holders))
+            acquired[n] += 1
+            time.sleep(0.0001)
+            with guard:
+                holders.remove(n)
+            claim.release()
+
+    threads = [threading.Thread(target=contend, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert overlaps == []
+    assert sum(acquired) > 10
+    assert not db.with_name(db.name + ".lock").exists()
