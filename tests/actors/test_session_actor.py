@@ -283,7 +283,7 @@ def test_completion_replies_only_once_durable_and_moves_the_call_to_the_ledger(e
     assert error is None and result is None
     assert seen["types"] == [STARTED, ADMITTED, COMPLETED]
     assert seen["ledger"] == [("c1", 9)]
-    completed = [e for e in env.log.read_stream("session-s1") if e.type == COMPLETED][0]
+    completed = next(e for e in env.log.read_stream("session-s1") if e.type == COMPLETED)
     assert completed.idempotency_key == "done:c1"
     assert CODEC.decode(COMPLETED, completed.data) == CallCompleted(
         call_id="c1", status=200, latency_ms=42.0, credential="fp:0123456789ab",
