@@ -2,12 +2,42 @@
 
 Each package keeps its own ``errors.py`` whose classes derive from
 :class:`SessionwardenError`, so a caller (above all the CLI) can catch one type and turn
-it into a short message instead of a traceback::
+it into a short message instead of a traceback. The whole tree::
 
     SessionwardenError
-    ├── sessionwarden.store.errors.StoreError      (the event log)
-    ├── sessionwarden.events.errors.EventError     (event types and codec)
-    └── sessionwarden.cmd.errors.CommandError      (CLI usage and configuration)
+    ├── sessionwarden.store.errors.StoreError        the event log
+    │   ├── ConflictError
+    │   │   ├── WrongExpectedVersion
+    │   │   ├── IdempotencyConflict
+    │   │   └── TrackingConflict
+    │   ├── RetriableError
+    │   │   └── StoreBusy
+    │   ├── StoreUnavailable
+    │   │   └── StoreClaimed
+    │   ├── CorruptStore
+    │   ├── StoreClosed
+    │   └── StoreProgrammingError
+    ├── sessionwarden.events.errors.EventError       event types and codec
+    │   ├── UnknownEventType
+    │   └── EventDecodeError
+    ├── sessionwarden.config.errors.ConfigError      the configuration
+    │   └── UnknownModel
+    ├── sessionwarden.domain.errors.DomainError      policy
+    │   ├── UsageRejected
+    │   ├── NoCredential
+    │   └── UnknownCall
+    ├── sessionwarden.actors.errors.ActorError       the actor shells
+    │   ├── ActorUnavailable
+    │   └── ActorCrash
+    ├── sessionwarden.upstream.errors.UpstreamError  wire formats and streams
+    │   ├── MalformedRequest
+    │   └── EventTooLarge
+    └── sessionwarden.cmd.errors.CommandError        the CLI and the HTTP layer
+        ├── UsageError
+        ├── ListenError
+        └── BodyTooLarge
+
+``tests/test_exports.py`` checks that this drawing names every error class there is.
 """
 
 __all__ = ["SessionwardenError"]

@@ -143,11 +143,12 @@ class LedgerView:
             # a replay identical even if a foreign writer broke that rule.
             conn.execute(
                 "INSERT OR IGNORE INTO view_ledger VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 'unknown', ?, ?, ?)",
+                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (event.call_id, e.seq, session_id, provider, model, event.credential,
                  event.status, event.outcome, event.input_tokens, event.output_tokens,
                  event.cache_read_tokens, event.cache_write_tokens, event.reasoning_tokens,
-                 event.source, e.recorded_at, e.recorded_at[:10], stream),
+                 event.source, event.cost, event.cost_status, e.recorded_at,
+                 e.recorded_at[:10], stream),
             )
             if row is not None:
                 conn.execute("DELETE FROM view_calls_open WHERE call_id = ?", (event.call_id,))

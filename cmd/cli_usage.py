@@ -262,7 +262,7 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
                     f" started_at, last_at FROM view_sessions WHERE {where}"
                     " ORDER BY started_at, session_id", params)
                 usage = aggregate(conn, "session_id", where, params)
-                creds = _fetch(conn, "SELECT provider, fingerprint, state, leases, last_status"
+                creds = _fetch(conn, "SELECT provider, fingerprint, state, calls, last_status"
                                " FROM view_credentials ORDER BY provider, fingerprint")
             finally:
                 conn.execute("COMMIT")
@@ -276,7 +276,7 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
             "input_tokens": g.tokens["input"], "output_tokens": g.tokens["output"],
             "cost": g.cost, "cost_status": g.cost_status, "last_status": last_status,
             "credential": credential, "started_at": started_at, "last_at": last_at})
-    cred_keys = ("provider", "fingerprint", "state", "leases", "last_status")
+    cred_keys = ("provider", "fingerprint", "state", "calls", "last_status")
     out_creds = [dict(zip(cred_keys, c, strict=True)) for c in creds]
     if args.json:
         print(json.dumps({"sessions": out_sessions, "credentials": out_creds,

@@ -30,7 +30,10 @@ from sessionwarden.events.store_events import STORE_UPCASTERS, WalCheckpointed
 __all__ = [
     "ALL_EVENTS",
     "CODEC",
+    "CREDENTIAL_UPCASTERS",
     "OUTCOMES",
+    "SESSION_UPCASTERS",
+    "STORE_UPCASTERS",
     "UPCASTERS",
     "WITHDRAWN_TAGS",
     "CallAdmitted",

@@ -108,7 +108,9 @@ class CallCompleted(Event, frozen=True):
     ``missing``, never a silent zero). ``raw_usage`` (redacted, bounded) is kept only when
     normalisation flagged or rejected the provider's block. ``credential`` is the
     fingerprint of the key that served the call: the key's outcome, folded by the pool.
-    ``status`` is the upstream's HTTP status, 0 when there was no answer.
+    ``status`` is the upstream's HTTP status, 0 when there was no answer. ``cost`` (an
+    exact Decimal string) and ``cost_status`` arrive with pricing; until then every call
+    is ``unknown``, never a silent $0.
     """
 
     TAG: ClassVar[str] = "session.call_completed.v1"
@@ -128,3 +130,5 @@ class CallCompleted(Event, frozen=True):
     raw_usage: str = ""
     retry_after_seconds: float | None = None
     error: str = ""
+    cost: str | None = None
+    cost_status: str = "unknown"

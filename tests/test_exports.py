@@ -16,9 +16,24 @@ MODULES = [
     ("sessionwarden.store.errors", "sessionwarden.store"),
     ("sessionwarden.events", "sessionwarden.events"),
     ("sessionwarden.events.errors", "sessionwarden.events"),
+    ("sessionwarden.config", "sessionwarden.config"),
+    ("sessionwarden.config.errors", "sessionwarden.config"),
+    ("sessionwarden.domain.errors", "sessionwarden.domain"),
     ("sessionwarden.actors.errors", "sessionwarden.actors"),
+    ("sessionwarden.upstream.errors", "sessionwarden.upstream"),
     ("sessionwarden.cmd.errors", "sessionwarden.cmd"),
     ("sessionwarden.errors", "sessionwarden.errors"),
+]
+
+#: Each package's errors module and the root of its tree.
+ERROR_ROOTS = [
+    ("sessionwarden.store.errors", "StoreError"),
+    ("sessionwarden.events.errors", "EventError"),
+    ("sessionwarden.config.errors", "ConfigError"),
+    ("sessionwarden.domain.errors", "DomainError"),
+    ("sessionwarden.actors.errors", "ActorError"),
+    ("sessionwarden.upstream.errors", "UpstreamError"),
+    ("sessionwarden.cmd.errors", "CommandError"),
 ]
 
 
@@ -33,6 +48,9 @@ def public_names(module: ModuleType, package: str) -> set[str]:
                 names.add(name)
             continue
         origin = getattr(value, "__module__", None)
+        if origin == "typing" and name in exported:
+            names.add(name)  # a type alias defined here (ApiMode = Literal[...])
+            continue
         if origin == "typing" or (
             (inspect.isclass(value) or inspect.isfunction(value))
             and isinstance(origin, str)
@@ -62,10 +80,7 @@ def test_every_exported_name_resolves(module_name: str, package: str) -> None:
         assert hasattr(module, name), f"{module_name}.__all__ names missing {name!r}"
 
 
-@pytest.mark.parametrize(
-    ("module_name", "root"),
-    [("sessionwarden.store.errors", "StoreError"), ("sessionwarden.events.errors", "EventError")],
-)
+@pytest.mark.parametrize(("module_name", "root"), ERROR_ROOTS)
 def test_every_error_derives_from_the_package_root(module_name: str, root: str) -> None:
     from sessionwarden.errors import SessionwardenError
 
@@ -74,3 +89,30 @@ def test_every_error_derives_from_the_package_root(module_name: str, root: str) 
     assert issubclass(base, SessionwardenError)
     for name in module.__all__:
         assert issubclass(getattr(module, name), base), name
+
+
+def _drawn(doc: str) -> list[str]:
+    """The class names drawn in a module docstring's tree (after ├── / └──)."""
+    return [line.split("── ", 1)[1].split()[0].rsplit(".", 1)[-1]
+            for line in doc.splitlines() if "── " in line]
+
+
+@pytest.mark.parametrize(("module_name", "root"), ERROR_ROOTS)
+def test_each_errors_module_draws_its_whole_tree(module_name: str, root: str) -> None:
+    module = importlib.import_module(module_name)
+    drawn = _drawn(module.__doc__ or "")
+    assert sorted(drawn) == sorted(module.__all__), module_name
+
+
+def test_the_root_draws_every_error_of_every_package() -> None:
+    from sessionwarden import errors
+
+    drawn = set(_drawn(errors.__doc__ or ""))
+    for module_name, _ in ERROR_ROOTS:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            assert name in drawn, f"{module_name}.{name} is missing from the root's tree"
+    every = {"SessionwardenError"} | {
+        name for module_name, _ in ERROR_ROOTS
+        for name in importlib.import_module(module_name).__all__}
+    assert drawn <= every, drawn - every

@@ -21,9 +21,12 @@ from sessionwarden.actors.bridge import (
     Reply,
     ask,
     ask_blocking,
+    request,
+    tell,
+    wait,
 )
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.shells import RateGuardActor
+from sessionwarden.actors.shells import CompressorActor
 
 from tests.actors.actor_support import no_leaked_actors
 
@@ -224,7 +227,7 @@ def test_reply_after_the_loop_closed_is_ignored(worker: Any) -> None:
 
 
 def test_ping_through_the_bridge_is_answered_by_a_product_actor() -> None:
-    ref = RateGuardActor.start()
+    ref = CompressorActor.start()
     assert ref.ask(Ping(), timeout=2) == "pong"  # the supervisor's way works
     assert ask_blocking(ref, Ping(), timeout=2) == "pong"
 
@@ -271,3 +274,29 @@ def test_plain_pykka_messages_still_reach_handle(worker: Any) -> None:
     worker.tell(Call(("echo", "called"), lambda r, e: reply_box.append((r, e))))
     assert worker.ask(("echo", "sync"), timeout=2) == "sync"
     assert reply_box == [("called", None)]
+
+
+# ------------------------------------------------------------------- tell, request
+
+
+def test_tell_to_a_dead_actor_raises_actor_unavailable_never_pykka_raw(worker: Any) -> None:
+    worker.stop()
+    with pytest.raises(ActorUnavailable, match="not running"):
+        tell(worker, ("echo", 1))
+
+    async def main() -> None:
+        with pytest.raises(ActorUnavailable, match="not running"):
+            request(worker, ("echo", 1))
+        with pytest.raises(ActorUnavailable, match="not running"):
+            await ask(worker, ("echo", 1))
+
+    asyncio.run(main())
+
+
+def test_several_requests_in_flight_are_awaited_one_by_one(worker: Any) -> None:
+    async def main() -> list[Any]:
+        slow = request(worker, ("later", 0.05))
+        fast = request(worker, ("echo", 7))
+        return [await wait(fast), (await wait(slow))[0]]
+
+    assert asyncio.run(main()) == [7, "late"]

@@ -10,22 +10,28 @@ import pykka
 import pytest
 from sessionwarden.actors.bridge import ActorCrash, GovernedActor, Ping, Reply, ask_blocking
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.ledger import UsageLedgerActor
-from sessionwarden.actors.messages import Admit, RecordUsage, Responded
+from sessionwarden.actors.messages import Admit, Complete
+from sessionwarden.actors.rateguard import RateGuardActor
 from sessionwarden.actors.session import SessionActor
-from sessionwarden.actors.shells import RateGuardActor
+from sessionwarden.actors.shells import UsageLedgerActor
 from sessionwarden.actors.supervisor import ActorSpec, Supervisor
 from sessionwarden.cmd.wiring import default_projections
-from sessionwarden.events import CallAdmitted, UpstreamResponded, UsageRecorded
+from sessionwarden.domain.calls import CallOutcome
+from sessionwarden.events import (
+    CallAdmitted,
+    CallCompleted,
+    RateLimitsObserved,
+    SessionStarted,
+)
 from sessionwarden.store import EventLog, StreamAppend
 from sessionwarden.store.schema import connect
 
-from tests.actors.actor_support import no_leaked_actors
+from tests.actors.actor_support import call_request, no_leaked_actors
 
-STARTED = "session.started.v2"
-ADMITTED = "session.call_admitted.v1"
-RESPONDED = "session.upstream_responded.v1"
-USAGE = "usage.recorded.v1"
+STARTED = SessionStarted.type_tag()
+ADMITTED = CallAdmitted.type_tag()
+COMPLETED = CallCompleted.type_tag()
+OBSERVED = RateLimitsObserved.type_tag()
 
 
 
@@ -112,27 +118,18 @@ class RecorderActor(GovernedActor):
 
 
 def admit(call_id: str, session_id: str) -> Admit:
-    call = CallAdmitted(
-        call_id=call_id, session_id=session_id, provider="prov", model="model-x",
-        message_count=3, estimated_tokens=100,
-    )
-    return Admit(call, client="test-client")
+    return Admit(call_request(call_id, session_id, messages=3))
 
 
-def responded(call_id: str, session_id: str) -> Responded:
-    event = UpstreamResponded(
-        call_id=call_id, session_id=session_id, status=200, latency_ms=12.5,
-        credential="fp:000000000000",
-    )
-    return Responded(event, usage(call_id, session_id))
-
-
-def usage(call_id: str, session_id: str, output_tokens: int = 7) -> UsageRecorded:
-    return UsageRecorded(
-        call_id=call_id, session_id=session_id, provider="prov", model="model-x",
-        credential="fp:000000000000", status=200, input_tokens=11,
-        output_tokens=output_tokens, source="provider",
-    )
+def completed(call_id: str, session_id: str, remaining: int = 900) -> Complete:
+    headers = (("x-ratelimit-limit-requests", "1000"),
+               ("x-ratelimit-remaining-requests", str(remaining)))
+    return Complete(CallOutcome(
+        call_id=call_id, session_id=session_id, outcome="ok", provider="prov", status=200,
+        latency_ms=12.5, credential="fp:000000000000", has_output=True,
+        usage_block={"prompt_tokens": 11, "completion_tokens": 7},
+        rate_limit_headers=headers,
+    ))
 
 
 def has_ref(supervisor: Supervisor, name: str) -> bool:
@@ -145,13 +142,13 @@ def has_ref(supervisor: Supervisor, name: str) -> bool:
 # ------------------------------------------------------------------ start and stop
 
 
-def start_ledger_and_session(harness: Harness) -> Supervisor:
-    """A started supervisor of a ledger and one session actor that reports to it."""
+def start_session_and_rateguard(harness: Harness) -> Supervisor:
+    """A started supervisor of one session actor and the rate guard that forwards to it."""
     log = harness.log
     sup: Supervisor = harness.supervise([
-        ActorSpec("ledger", lambda f: UsageLedgerActor.start(log, on_failure=f)),
-        ActorSpec("session-0", lambda f: SessionActor.start(
-            log, on_failure=f, ledger=lambda: sup.ref("ledger"))),
+        ActorSpec("session-0", lambda f: SessionActor.start(log, on_failure=f)),
+        ActorSpec("rateguard", lambda f: RateGuardActor.start(
+            log, lambda _: sup.ref("session-0"), on_failure=f)),
     ], backoff_s=0.001)
     sup.start()
     return sup
@@ -179,11 +176,11 @@ def test_children_start_in_order_each_ready_before_the_next_and_stop_in_reverse(
 
     sup = harness.supervise([
         recorder("first"),
-        spawn("rateguard", lambda f: RateGuardActor.start(f)),
-        spawn("ledger", lambda f: UsageLedgerActor.start(log, on_failure=f)),
+        spawn("rateguard", lambda f: RateGuardActor.start(
+            log, lambda _: sup.ref("session-0"), on_failure=f)),
+        spawn("ledger", lambda f: UsageLedgerActor.start(f)),
         recorder("second"),
-        spawn("session-0", lambda f: SessionActor.start(
-            log, on_failure=f, ledger=lambda: sup.ref("ledger"))),
+        spawn("session-0", lambda f: SessionActor.start(log, on_failure=f)),
         recorder("third"),
     ])
     assert sup.names() == order
@@ -263,7 +260,7 @@ def test_crashed_child_is_restarted_and_reachable_through_ref(harness: Harness) 
 
 
 def test_restarted_session_actor_recovers_from_the_log(harness: Harness) -> None:
-    sup = start_ledger_and_session(harness)
+    sup = start_session_and_rateguard(harness)
     old = sup.ref("session-0")
     ask_blocking(old, admit("c1", "s1"))
     ask_blocking(old, admit("c2", "s1"))
@@ -276,10 +273,14 @@ def test_restarted_session_actor_recovers_from_the_log(harness: Harness) -> None
     assert new.is_alive() and not old.is_alive()
 
     ask_blocking(new, admit("c3", "s1"))
-    assert ask_blocking(new, responded("c3", "s1")).stream == "usage-s1"
+    # The rate guard reaches the new instance through the supervisor; and the new
+    # instance knows c1 is open (recovered from the view), so it can complete it.
+    assert ask_blocking(sup.ref("rateguard"), completed("c3", "s1")) is None
+    assert ask_blocking(new, completed("c1", "s1")) is None
     harness.settle(new)
     # The new instance knew s1 was started: no second SessionStarted.
-    assert harness.types("session-s1") == [STARTED, ADMITTED, ADMITTED, ADMITTED, RESPONDED]
+    assert harness.types("session-s1") == [
+        STARTED, ADMITTED, ADMITTED, ADMITTED, COMPLETED, COMPLETED]
     calls = harness.log.read_connection().execute(
         "SELECT calls FROM view_sessions WHERE session_id = 's1'").fetchall()
     assert calls == [(3,)]
@@ -310,28 +311,28 @@ def test_restart_while_a_session_start_is_in_flight_keeps_one_session_started(
     assert harness.types("session-s2") == [STARTED, ADMITTED, ADMITTED]
 
 
-def test_restarted_ledger_keeps_usage_idempotent(harness: Harness) -> None:
-    sup = start_ledger_and_session(harness)
+def test_a_restarted_rate_guard_recovers_what_it_recorded(harness: Harness) -> None:
+    sup = start_session_and_rateguard(harness)
     session = sup.ref("session-0")
-    ask_blocking(session, admit("c1", "s1"))
-    first = ask_blocking(session, responded("c1", "s1"))
-    assert not first.duplicate
+    for i in range(3):
+        ask_blocking(session, admit(f"c{i}", "s1"))
+    guard = sup.ref("rateguard")
+    ask_blocking(guard, completed("c0", "s1", remaining=900))  # first: recorded
+    ask_blocking(guard, completed("c1", "s1", remaining=899))  # counts down: not
+    assert harness.types("ratelimits-prov") == [OBSERVED]
 
-    old = sup.ref("ledger")
-    old.tell(object())  # RecordUsage expected: the ledger fails
-    wait_until(lambda: sup.restarts["ledger"] == 1)
-    new = sup.ref("ledger")
-    assert new.is_alive() and not old.is_alive()
-
-    retry = ask_blocking(new, RecordUsage(usage("c1", "s1")))  # a retried record
-    assert retry.duplicate and retry.first_seq == first.first_seq
-    # The session actor reaches the new ledger through the supervisor.
-    ask_blocking(session, admit("c2", "s1"))
-    assert ask_blocking(session, responded("c2", "s1")).stream == "usage-s1"
-    assert harness.types("usage-s1") == [USAGE, USAGE]
+    guard.tell("not a message")  # the guard fails outside a call
+    wait_until(lambda: sup.restarts["rateguard"] == 1)
+    new = sup.ref("rateguard")
+    assert new is not guard and new.is_alive()
+    # Recovered from view_ratelimits: the same picture is still not news ...
+    ask_blocking(new, completed("c2", "s1", remaining=898))
+    assert harness.types("ratelimits-prov") == [OBSERVED]
+    assert harness.types("session-s1").count(COMPLETED) == 3
+    # ... and the rows it recovered from are the recorded ones.
     rows = harness.log.read_connection().execute(
-        "SELECT call_id FROM view_ledger ORDER BY seq").fetchall()
-    assert rows == [("c1",), ("c2",)]
+        "SELECT credential, bucket, lim, remaining FROM view_ratelimits").fetchall()
+    assert rows == [("fp:000000000000", "requests", 1000, 900)]
 
 
 def test_a_child_failing_too_often_is_given_up(harness: Harness) -> None:

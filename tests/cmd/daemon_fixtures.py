@@ -22,6 +22,7 @@ from typing import Any
 
 import apsw
 import httpx
+import msgspec
 import openai
 import pytest
 
@@ -30,7 +31,8 @@ from tests.support.fake_provider import FakeProviderServer
 _BIN = Path(sys.executable).with_name("sessionwarden")
 _LISTENING = re.compile(r"sessionwarden listening on http://127\.0\.0\.1:(\d+)/v1")
 MODEL = "gpt-test"
-USAGE_TYPE = "usage.recorded.v1"
+COMPLETED_TYPE = "session.call_completed.v1"
+ADMITTED_TYPE = "session.call_admitted.v2"
 
 
 def sessionwarden_cmd() -> list[str]:
@@ -214,9 +216,9 @@ class Daemon:
         """``view_ledger`` by call id."""
         return ledger_rows(self.db)
 
-    def usage_events(self) -> list[dict[str, Any]]:
-        """Decoded ``usage.recorded.v1`` payloads, oldest first."""
-        return usage_events(self.db)
+    def completions(self) -> list[dict[str, Any]]:
+        """Every call's completion, oldest first (see :func:`completions`)."""
+        return completions(self.db)
 
 
 def query_db(db: Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -243,10 +245,26 @@ def ledger_rows(db: Path) -> dict[str, dict[str, Any]]:
     return {row["call_id"]: row for row in rows}
 
 
-def usage_events(db: Path) -> list[dict[str, Any]]:
-    """Decoded ``usage.recorded.v1`` payloads, oldest first."""
-    rows = query_db(db, "SELECT data FROM events WHERE type = ? ORDER BY seq", (USAGE_TYPE,))
-    return [json.loads(bytes(data)) for (data,) in rows]
+def completions(db: Path) -> list[dict[str, Any]]:
+    """Decoded ``session.call_completed.v1`` events, oldest first, every field present.
+
+    Each also has ``session_id`` (its stream's) and ``stream`` (from its admission), which
+    the events themselves do not repeat.
+    """
+    from sessionwarden.events import CODEC
+
+    rows = query_db(db, "SELECT type, stream, data FROM events WHERE type IN (?, ?)"
+                        " ORDER BY seq", (ADMITTED_TYPE, COMPLETED_TYPE))
+    streamed: dict[str, bool] = {}
+    found = []
+    for kind, stream, data in rows:
+        event = msgspec.structs.asdict(CODEC.decode(kind, bytes(data)))
+        if kind == ADMITTED_TYPE:
+            streamed[event["call_id"]] = event["stream"]
+            continue
+        found.append({**event, "session_id": stream.removeprefix("session-"),
+                      "stream": streamed.get(event["call_id"])})
+    return found
 
 
 class DaemonMaker:
@@ -275,8 +293,9 @@ class DaemonMaker:
                                       strategy=strategy))
         token = token or "swt-" + secrets.token_hex(16)
         env = clean_env() | keys | {"SESSIONWARDEN_TOKEN": token}
-        db = db or self.base / "db" / "events.db"
-        db.parent.mkdir(mode=0o700, exist_ok=True)  # an explicit --db needs its directory
+        if db is None:  # an explicit --db needs its directory: the default one is made here
+            db = self.base / "db" / "events.db"
+            db.parent.mkdir(mode=0o700, exist_ok=True)
         daemon = Daemon(workdir, db, config, env, token, keys, args)
         self.made.append(daemon)
         return daemon

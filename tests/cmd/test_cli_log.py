@@ -26,7 +26,7 @@ EVENTS = 12  # on streams s-0, s-1, s-2 in turn
 
 
 def session_started(n: int) -> NewEvent:
-    encoded = CODEC.encode(SessionStarted(session_id=f"s-{n}", model="m"))
+    encoded = CODEC.encode(SessionStarted(model="m", client=f"s-{n}"))
     return NewEvent(encoded.type, encoded.data, encoded.schema_version)
 
 
@@ -69,16 +69,16 @@ def test_events_json_gives_the_documented_fields_oldest_first(
     assert [row["seq"] for row in rows] == list(range(1, EVENTS + 1))
     assert set(rows[0]) == {"seq", "stream", "version", "type", "recorded_at", "data"}
     assert (rows[4]["stream"], rows[4]["version"], rows[4]["type"]) == (
-        "s-1", 2, "session.started.v2")
+        "s-1", 2, "session.started.v3")
     data = rows[4]["data"]
-    assert isinstance(data, dict) and data["session_id"] == "s-4"
+    assert isinstance(data, dict) and data["client"] == "s-4"
 
 
 def test_events_text_is_one_line_per_event(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "events", "--db", str(db))
     lines = out.splitlines()
     assert code == 0 and len(lines) == EVENTS
-    assert lines[0].split()[0] == "1" and "s-0@1" in lines[0] and "session.started.v2" in lines[0]
+    assert lines[0].split()[0] == "1" and "s-0@1" in lines[0] and "session.started.v3" in lines[0]
 
 
 @pytest.mark.parametrize(

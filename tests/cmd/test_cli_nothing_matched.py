@@ -10,12 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
-from sessionwarden.actors.ledger import usage_stream
 from sessionwarden.actors.messages import new_event
-from sessionwarden.actors.session import session_stream
 from sessionwarden.cmd.main import main
 from sessionwarden.cmd.wiring import default_projections
-from sessionwarden.events import CallAdmitted, SessionStarted, UpstreamResponded, UsageRecorded
+from sessionwarden.domain.session import session_stream
+from sessionwarden.events import CallAdmitted, CallCompleted, SessionStarted
 from sessionwarden.store import EventLog
 
 
@@ -32,16 +31,13 @@ def db(tmp_path: Path) -> Path:
     sid, call = "alpha", "alpha-c1"
     with EventLog(path, projections=default_projections()) as log:
         log.append(session_stream(sid), [
-            new_event(SessionStarted(session_id=sid, model="openai/m")),
-            new_event(CallAdmitted(call_id=call, session_id=sid, provider="openai",
-                                   model="m", message_count=1, estimated_tokens=5)),
-            new_event(UpstreamResponded(call_id=call, session_id=sid, status=200,
-                                        latency_ms=1.0, credential="fp:aaaaaaaaaaaa")),
+            new_event(SessionStarted(model="openai/m")),
+            new_event(CallAdmitted(call_id=call, provider="openai", model="m",
+                                   message_count=1, estimated_tokens=5)),
+            new_event(CallCompleted(call_id=call, status=200, latency_ms=1.0,
+                                    credential="fp:aaaaaaaaaaaa", input_tokens=5,
+                                    output_tokens=1)),
         ])
-        log.append(usage_stream(sid), [new_event(UsageRecorded(
-            call_id=call, session_id=sid, provider="openai", model="m",
-            credential="fp:aaaaaaaaaaaa", status=200, input_tokens=5, output_tokens=1,
-            source="provider"))])
     return path
 
 
@@ -87,8 +83,8 @@ def test_usage_matching_nothing(db: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_status_matching_nothing(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "status", "--db", str(db), "--session", "nobody")
     assert (code, err) == (0, "")
-    assert out.startswith("events: 4\n")
+    assert out.startswith("events: 3\n")
     assert out.endswith("sessions: none recorded matching the filters\n")
     code, out, err = run(capsys, "status", "--db", str(db), "--session", "nobody", "--json")
     assert (code, err) == (0, "")
-    assert json.loads(out) == {"sessions": [], "credentials": [], "events": 4}
+    assert json.loads(out) == {"sessions": [], "credentials": [], "events": 3}

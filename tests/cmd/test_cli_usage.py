@@ -8,21 +8,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from sessionwarden.actors.ledger import usage_stream
 from sessionwarden.actors.messages import new_event
-from sessionwarden.actors.session import session_stream
 from sessionwarden.cmd.cli_usage import Group, parse_time
 from sessionwarden.cmd.main import main
 from sessionwarden.cmd.wiring import default_projections
-from sessionwarden.events import (
-    CallAdmitted,
-    CredentialAdded,
-    LeaseAcquired,
-    LeaseReleased,
-    SessionStarted,
-    UpstreamResponded,
-    UsageRecorded,
-)
+from sessionwarden.domain.session import session_stream
+from sessionwarden.events import CallAdmitted, CallCompleted, CredentialAdded, SessionStarted
 from sessionwarden.store import EventLog
 
 FP_A, FP_B = "fp:aaaaaaaaaaaa", "fp:bbbbbbbbbbbb"
@@ -42,16 +33,14 @@ def _call(log, clock, at, sid, n, provider, model, cred, tokens, source="provide
     call_id = f"{sid}-c{n}"
     inp, out, cr, cw, rs = tokens
     log.append(session_stream(sid), [
-        new_event(CallAdmitted(call_id=call_id, session_id=sid, provider=provider,
-                               model=model, message_count=3, estimated_tokens=inp)),
-        new_event(UpstreamResponded(call_id=call_id, session_id=sid, status=status,
-                                    latency_ms=12.5, credential=cred)),
+        new_event(CallAdmitted(call_id=call_id, provider=provider, model=model,
+                               message_count=3, estimated_tokens=inp)),
+        new_event(CallCompleted(
+            call_id=call_id, status=status, latency_ms=12.5, credential=cred,
+            outcome="ok" if status < 400 else "upstream_error", input_tokens=inp,
+            output_tokens=out, cache_read_tokens=cr, cache_write_tokens=cw,
+            reasoning_tokens=rs, source=source, cost=cost, cost_status=cost_status)),
     ])
-    log.append(usage_stream(sid), [new_event(UsageRecorded(
-        call_id=call_id, session_id=sid, provider=provider, model=model, credential=cred,
-        status=status, input_tokens=inp, output_tokens=out, cache_read_tokens=cr,
-        cache_write_tokens=cw, reasoning_tokens=rs, source=source, cost=cost,
-        cost_status=cost_status))])
 
 
 @pytest.fixture
@@ -62,18 +51,12 @@ def db(tmp_path: Path) -> Path:
         for prov, fp in (("openai", FP_A), ("anthropic", FP_B)):
             log.append(f"credentials-{prov}", [new_event(
                 CredentialAdded(provider=prov, ref=f"env:{prov.upper()}_KEY", fingerprint=fp))])
-        log.append("credentials-openai", [
-            new_event(LeaseAcquired(provider="openai", fingerprint=FP_A, call_id="x")),
-            new_event(LeaseReleased(provider="openai", fingerprint=FP_A, call_id="x",
-                                    status=429)),
-        ])
         day = lambda d, h: datetime(2026, 11, d, h, 0, tzinfo=UTC)  # noqa: E731
         for sid, model, at in (("alpha", "openai/gpt-4.1-mini", day(29, 9)),
                                ("beta", "anthropic/claude", day(30, 10)),
                                ("gamma", "openai/gpt-4.1", day(30, 23))):
             clock.now = at
-            log.append(session_stream(sid), [new_event(SessionStarted(session_id=sid,
-                                                                      model=model))])
+            log.append(session_stream(sid), [new_event(SessionStarted(model=model))])
         _call(log, clock, day(29, 9), "alpha", 1, "openai", "gpt-4.1-mini", FP_A,
               (100, 10, 50, 0, 2))
         _call(log, clock, day(29, 11), "alpha", 2, "openai", "gpt-4.1-mini", FP_A,
@@ -224,24 +207,25 @@ def test_status_json(db, capsys):
     code, out, _ = run(capsys, "status", "--db", str(db), "--json")
     assert code == 0
     data = json.loads(out)
-    assert data["events"] == 2 + 2 + 3 + 6 * 3
+    assert data["events"] == 2 + 3 + 6 * 2
     sessions = {s["session_id"]: s for s in data["sessions"]}
     assert list(sessions) == ["alpha", "beta", "gamma"]
     beta = sessions["beta"]
     assert (beta["calls"], beta["input_tokens"], beta["output_tokens"]) == (2, 1000, 100)
     assert beta["cost"] is None and beta["cost_status"] == "unknown"
-    assert (beta["last_status"], beta["credential"], beta["model"]) == (502, FP_B, "claude")
+    assert (beta["last_status"], beta["credential"], beta["model"]) == (
+        502, FP_B, "anthropic/claude")
     assert sessions["gamma"]["cost"] == "0.0035"
     assert beta["started_at"].startswith("2026-11-30T10:00")
     creds = {c["fingerprint"]: c for c in data["credentials"]}
     assert creds[FP_A] == {"provider": "openai", "fingerprint": FP_A, "state": "active",
-                           "leases": 1, "last_status": 429}
+                           "calls": 4, "last_status": 200}
     assert "env:" not in out  # key references are not shown, only fingerprints
 
 
 def test_status_text_and_one_session(db, capsys):
     code, out, _ = run(capsys, "status", "--db", str(db), "--session", "alpha")
-    assert code == 0 and out.startswith("events: 25\n")
+    assert code == 0 and out.startswith("events: 17\n")
     assert "alpha" in out and "beta" not in out and FP_B in out  # credentials header
     assert "unknown" in out and "$0" not in out
     code, out, err = run(capsys, "status", "--db", str(db), "--session", "nobody")

@@ -1,7 +1,7 @@
 """kill -9 during a burst: every call that returned to a client is in the ledger after restart.
 
 The proxy holds a response's last bytes (a plain body, or a stream's ``[DONE]``) until the
-call's ``usage.recorded.v1`` is committed, so a client that saw its call complete can rely
+call's ``session.call_completed.v1`` is committed, so a client that saw its call complete can rely
 on the ledger even if the daemon dies the next instant.
 """
 
@@ -109,7 +109,7 @@ def _burst_then_kill(daemon: Daemon, seconds: float, at_least: int = 20) -> list
 
 
 def _check_recorded(daemon: Daemon, returned: list[str]) -> None:
-    counts = Counter(e["call_id"] for e in daemon.usage_events())
+    counts = Counter(e["call_id"] for e in daemon.completions())
     assert all(n == 1 for n in counts.values()), [c for c, n in counts.items() if n > 1]
     missing = [c for c in returned if c not in counts]
     assert not missing, f"{len(missing)} of {len(returned)} returned calls have no usage record"

@@ -22,8 +22,8 @@ MESSAGES: list[Any] = [
 
 
 def _usage_of(daemon: Daemon, call_id: str) -> dict[str, Any]:
-    """The single usage.recorded.v1 of ``call_id``."""
-    found = [e for e in daemon.usage_events() if e["call_id"] == call_id]
+    """The single completion of ``call_id``."""
+    found = [e for e in daemon.completions() if e["call_id"] == call_id]
     assert len(found) == 1, found
     return found[0]
 
@@ -61,7 +61,7 @@ def test_plain_call_returns_content_and_usage(daemon: Daemon, fake: FakeProvider
     assert usage["input_tokens"] + usage["cache_read_tokens"] == resp.usage.prompt_tokens
     assert usage["cache_read_tokens"] == cached
     assert usage["output_tokens"] == resp.usage.completion_tokens
-    assert usage["stream"] is False and usage["client_disconnected"] is False
+    assert usage["stream"] is False and usage["outcome"] == "ok"
     row = daemon.ledger()[call_id]
     assert (row["status"], row["source"], row["output_tokens"]) == (
         200, "provider", resp.usage.completion_tokens)
@@ -98,7 +98,7 @@ def test_streaming_relays_chunks_and_hides_injected_usage(
 
     usage = _usage_of(daemon, call_id)
     assert usage["source"] == "provider"
-    assert usage["stream"] is True and usage["client_disconnected"] is False
+    assert usage["stream"] is True and usage["outcome"] == "ok"
     assert usage["output_tokens"] > 0
     if reported is not None:
         assert usage["output_tokens"] == reported.completion_tokens
@@ -141,7 +141,7 @@ def test_every_call_has_exactly_one_usage_record(daemon: Daemon) -> None:
                              headers={"X-Session-Id": "count-1"})
             resp.read()
             ids.append(resp.headers["x-sessionwarden-call-id"])
-    events = daemon.usage_events()
+    events = daemon.completions()
     assert sorted(e["call_id"] for e in events) == sorted(ids)
     assert set(daemon.ledger()) == set(ids)
 
@@ -159,7 +159,7 @@ def test_round_robin_alternates_keys(daemon: Daemon, fake: FakeProviderServer) -
     assert set(seen) == expected
     assert all(a != b for a, b in itertools.pairwise(seen)), seen
     # The ledger names the key (by fingerprint) that served each call, never the key.
-    by_call = {e["call_id"]: e["credential"] for e in daemon.usage_events()}
+    by_call = {e["call_id"]: e["credential"] for e in daemon.completions()}
     served = [by_call[i] for i in ids]
     fps = {fingerprint(s.removeprefix("Bearer ")) for s in seen}
     assert served == [fingerprint(s.removeprefix("Bearer ")) for s in seen]
@@ -243,17 +243,20 @@ def test_client_disconnect_mid_stream_still_recorded(daemon: Daemon) -> None:
     # The stream is closed after one chunk; the daemon drains the upstream for usage.
     row = _wait_for_row(daemon, call_id, timeout=15)
     assert row is not None, daemon.stderr()
-    assert row["client_disconnected"] == 1
+    assert row["outcome"] == "client_disconnected"
     assert row["status"] == 200
     assert row["source"] == "provider"
-    assert len([e for e in daemon.usage_events() if e["call_id"] == call_id]) == 1
+    assert len([e for e in daemon.completions() if e["call_id"] == call_id]) == 1
     with daemon.openai() as client:  # still serving
         assert client.chat.completions.create(model=MODEL, messages=MESSAGES).choices
 
 
 def test_client_disconnect_from_hung_stream_recorded_within_drain_bound(
-    daemon: Daemon,
+    daemon_factory: DaemonFactory,
 ) -> None:
+    # The bound is configurable ([daemon] drain_timeout_s, default 30 s); a short one
+    # keeps this test fast and proves the daemon honours what it is given.
+    daemon = daemon_factory(extra_config="[daemon]\ndrain_timeout_s = 1.0\n").start()
     body = chat_body(stream=True, fake={"hang_after_chunks": 2})
     try:
         with daemon.http() as http, http.stream("POST", "/v1/chat/completions",
@@ -261,9 +264,12 @@ def test_client_disconnect_from_hung_stream_recorded_within_drain_bound(
             assert resp.status_code == 200
             call_id = resp.headers["x-sessionwarden-call-id"]
             next(resp.iter_raw())
-        row = _wait_for_row(daemon, call_id, timeout=35)  # _DRAIN_AFTER_DISCONNECT_S + slack
+        gone = time.monotonic()
+        row = _wait_for_row(daemon, call_id, timeout=10)
+        waited = time.monotonic() - gone
         assert row is not None
-        assert row["client_disconnected"] == 1
+        assert row["outcome"] == "client_disconnected"
+        assert 0.8 <= waited < 6.0, waited  # drained for the bound, not more
     finally:
         daemon.kill()  # a SIGTERM would wait out the 30 s grace for the hung call
 
@@ -350,7 +356,7 @@ def test_events_cli_lists_the_calls(daemon: Daemon) -> None:
         client.chat.completions.create(model=MODEL, messages=MESSAGES)
     out = daemon.cli("events", "--json").stdout
     events = [json.loads(line) for line in out.splitlines()]
-    assert [e["type"] for e in events].count("usage.recorded.v1") == 1
+    assert [e["type"] for e in events].count("session.call_completed.v1") == 1
     daemon.replay_verify()
 
 

@@ -181,3 +181,63 @@ def test_property_never_raises(headers: dict[str, str], now: datetime) -> None:
         assert bucket.reset_seconds is None or bucket.reset_seconds >= 0
         assert bucket.limit is None or bucket.limit >= 0
     assert snapshot.retry_after_seconds is None or snapshot.retry_after_seconds >= 0
+
+
+# ------------------------------------------------------------------ what is worth recording
+
+from sessionwarden.domain.ratelimits import (  # noqa: E402
+    buckets_seen,
+    rate_limit_headers,
+    worth_recording,
+)
+from sessionwarden.events import RateLimitBucketSeen as Seen  # noqa: E402
+
+
+def seen(**remaining: int) -> tuple[Seen, ...]:
+    return tuple(Seen(name, 1000, left, 1.0) for name, left in sorted(remaining.items()))
+
+
+def test_the_first_picture_of_a_key_is_recorded_an_empty_one_never() -> None:
+    assert worth_recording(None, seen(requests=999))
+    assert not worth_recording(None, ())
+    assert not worth_recording(seen(requests=999), ())
+
+
+def test_counting_down_within_a_band_is_not_news() -> None:
+    last = seen(requests=999, tokens=900)
+    for left in (998, 800, 600, 501):
+        assert not worth_recording(last, seen(requests=left, tokens=900))
+    # resets move every call: they alone are never news
+    assert not worth_recording(last, (Seen("requests", 1000, 999, 57.0),
+                                      Seen("tokens", 1000, 900, 0.0)))
+
+
+@pytest.mark.parametrize("left", [499, 249, 99, 0])
+def test_crossing_a_band_or_running_out_is_news(left: int) -> None:
+    assert worth_recording(seen(requests=999), seen(requests=left))
+
+
+def test_refilling_a_new_limit_and_a_new_bucket_are_news() -> None:
+    assert worth_recording(seen(requests=0), seen(requests=1000))
+    assert worth_recording(seen(requests=999), (Seen("requests", 2000, 1999),))
+    assert worth_recording(seen(requests=999), seen(requests=999, tokens=999))
+    assert worth_recording(seen(requests=999, tokens=9), seen(requests=999))
+
+
+def test_unknown_remaining_or_limit_compare_by_what_is_known() -> None:
+    assert not worth_recording((Seen("r"),), (Seen("r"),))
+    assert worth_recording((Seen("r"),), (Seen("r", remaining=0),))
+    assert not worth_recording((Seen("r", remaining=5),), (Seen("r", remaining=4),))
+
+
+def test_only_rate_limit_headers_are_kept() -> None:
+    headers = {"Content-Type": "json", "X-RateLimit-Remaining-Requests": "5",
+               "anthropic-ratelimit-tokens-limit": "9", "Retry-After": "2", "date": "x"}
+    assert rate_limit_headers(headers) == (
+        ("x-ratelimit-remaining-requests", "5"), ("anthropic-ratelimit-tokens-limit", "9"),
+        ("retry-after", "2"))
+    many = {f"x-ratelimit-limit-b{i}": "1" for i in range(200)}
+    assert len(rate_limit_headers(many)) == 64
+    snapshot = parse_rate_limits({"x-ratelimit-limit-requests": "10",
+                                  "x-ratelimit-remaining-requests": "3"}, NOW)
+    assert buckets_seen(snapshot) == (Seen("requests", 10, 3, None),)

@@ -63,7 +63,7 @@ EXPECTED: dict[str, Event] = {
         credential="fp:9f2c", input_tokens=1200, output_tokens=340, cache_read_tokens=800,
         cache_write_tokens=64, reasoning_tokens=120, source="estimated",
         flags=("rejected:prompt_tokens",), raw_usage='{"prompt_tokens":-1}',
-        retry_after_seconds=12.5, error="rate limited",
+        retry_after_seconds=12.5, error="rate limited", cost="0.0123", cost_status="actual",
     ),
     "credential.added.v1": CredentialAdded(
         provider="openai", ref="env:OPENAI_API_KEY", fingerprint="fp:1a2b", source="cli"

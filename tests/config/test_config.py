@@ -3,19 +3,20 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from sessionwarden.cmd.config import (
-    CONFIG_ENV,
+from sessionwarden.cmd.config import CONFIG_ENV, load_config
+from sessionwarden.cmd.main import main
+from sessionwarden.config import (
     Config,
+    ConfigError,
     ProviderConfig,
+    UnknownModel,
     find_model,
-    fingerprint,
-    load_config,
     parse_config,
     resolve_key,
     zero_config,
 )
-from sessionwarden.cmd.errors import CommandError, ConfigError, UnknownModel, UsageError
 from sessionwarden.errors import SessionwardenError
+from sessionwarden.redact import fingerprint
 
 MINIMUM = """
 [[providers]]
@@ -106,13 +107,15 @@ def config_error(text: str) -> ConfigError:
 # --------------------------------------------------------------------------- errors
 
 
-def test_error_tree_and_exit_codes() -> None:
-    assert issubclass(CommandError, SessionwardenError)
-    assert issubclass(ConfigError, CommandError)
-    assert issubclass(UsageError, CommandError)
-    assert issubclass(UnknownModel, CommandError)
-    assert (CommandError.exit_code, ConfigError.exit_code, UsageError.exit_code) == (1, 78, 64)
+def test_error_tree_and_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert issubclass(ConfigError, SessionwardenError)
+    assert issubclass(UnknownModel, ConfigError)
     assert ConfigError("x", key_path="a.b").key_path == "a.b"
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[daemon]\nport = 0\n")
+    db = tmp_path / "events.db"
+    assert main(["daemon", "--config", str(bad), "--db", str(db)]) == 78  # EX_CONFIG
+    assert "daemon.port" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- parsing
@@ -447,7 +450,6 @@ def test_find_model_unknown(name: str) -> None:
         find_model(config, name)
     assert info.value.model == name
     assert "gpt-4.1-mini" in str(info.value)
-    assert info.value.exit_code == 78
 
 
 def test_unknown_model_message_is_bounded() -> None:
