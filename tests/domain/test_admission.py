@@ -6,6 +6,7 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sessionwarden.config import Config
 from sessionwarden.domain.admission import (
     Admitted,
     Need,
@@ -22,7 +23,6 @@ from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.stages import default_pipeline
 from sessionwarden.domain.validation import MAX_MESSAGES, validate_request
-from sessionwarden.config import Config
 from sessionwarden.events import CallAdmitted, CallRefused, Event, SessionStarted
 
 from tests.actors.actor_support import call_request
