@@ -116,6 +116,13 @@ def _check_recorded(daemon: Daemon, returned: list[str]) -> None:
     ledger = daemon.ledger()
     assert set(ledger) == set(counts)
     assert all(ledger[c]["status"] == 200 for c in returned)
+    # Every call admitted before the kill has its one completion: those in flight were
+    # completed at this start, as "unknown" (they may have been sent, and billed).
+    admitted = daemon.query("SELECT count(*) FROM events WHERE type = ?",
+                            ("session.call_admitted.v2",))[0][0]
+    assert admitted == len(counts)
+    assert daemon.query("SELECT count(*) FROM view_calls_open") == [(0,)]
+    assert {r["outcome"] for c, r in ledger.items() if c not in returned} <= {"ok", "unknown"}
 
 
 def test_kill_9_during_burst_loses_no_returned_call(daemon_factory: DaemonFactory) -> None:
@@ -139,3 +146,43 @@ def test_kill_9_during_burst_loses_no_returned_call(daemon_factory: DaemonFactor
     assert third.stop() == 0
     third.replay_verify()
     assert "Traceback" not in third.stderr()
+
+
+def test_a_call_in_flight_at_kill_9_is_completed_once_at_the_next_start(
+    daemon_factory: DaemonFactory,
+) -> None:
+    first = daemon_factory().start()
+    failures: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            with first.openai(session="in-flight", timeout=30) as client:
+                client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "slow"}],
+                    extra_body={"fake": {"delay_ms": 5000}})
+        except Exception as exc:  # the daemon dies under it
+            failures.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not first.query("SELECT 1 FROM view_calls_open"):
+        assert time.monotonic() < deadline, first.stderr()
+        time.sleep(0.02)
+    assert first.proc is not None
+    first.proc.kill()
+    first.proc.wait(10)
+    thread.join(30)
+    assert failures  # the client saw the connection drop
+
+    second = daemon_factory(db=first.db, name="after-kill").start()
+    assert "were never completed" in second.stderr()
+    [completion] = second.completions()
+    assert (completion["outcome"], completion["source"], completion["flags"]) == (
+        "unknown", "estimated", ("outcome_unknown",))
+    assert completion["input_tokens"] > 0  # our estimate of what may have been billed
+    assert second.stop() == 0
+    third = daemon_factory(db=first.db, name="again").start()  # completed once, not again
+    assert len(third.completions()) == 1
+    assert "were never completed" not in third.stderr()
+    third.replay_verify()
