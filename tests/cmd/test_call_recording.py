@@ -17,7 +17,7 @@ from sessionwarden.cmd import calls
 from sessionwarden.events import CallAdmitted, CallCompleted, CallRefused, SessionStarted
 
 from tests.cmd.daemon_fixtures import MODEL
-from tests.cmd.inprocess import InProcessDaemon, inprocess  # noqa: F401
+from tests.cmd.inprocess import InProcessDaemon
 from tests.support.fake_provider import FakeProviderServer
 
 MESSAGES: list[Any] = [{"role": "user", "content": "hello"}]
