@@ -153,11 +153,22 @@ def request(ref: "pykka.ActorRef[Any]", message: object) -> "asyncio.Future[Any]
 
 
 async def wait(future: "asyncio.Future[Any]", timeout: float = 10.0) -> Any:
-    """The reply of a :func:`request`, or :class:`ActorUnavailable` after ``timeout``."""
+    """The reply of a :func:`request`, or :class:`ActorUnavailable` after ``timeout``.
+
+    A timer on the loop rather than ``asyncio.wait_for``: it is the proxy's hot path, and
+    a timer handle costs a fraction of what wait_for's wrapping does.
+    """
+    loop = asyncio.get_running_loop()
+    timer = loop.call_later(timeout, _expire, future, timeout)
     try:
-        return await asyncio.wait_for(future, timeout)
-    except TimeoutError:
-        raise ActorUnavailable(f"no reply within {timeout:g} s") from None
+        return await future
+    finally:
+        timer.cancel()
+
+
+def _expire(future: "asyncio.Future[Any]", timeout: float) -> None:
+    if not future.done():
+        future.set_exception(ActorUnavailable(f"no reply within {timeout:g} s"))
 
 
 async def ask(ref: "pykka.ActorRef[Any]", message: object, timeout: float = 10.0) -> Any:

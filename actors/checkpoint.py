@@ -86,7 +86,7 @@ class CheckpointActor(GovernedActor):
         """Count commits; checkpoint every ``every`` of them."""
         if not isinstance(message, Committed):
             raise TypeError(f"CheckpointActor cannot handle {type(message).__name__}")
-        self._commits += 1
+        self._commits += max(message.commits, 1)  # any tick counts, even a batch of none
         if self._commits >= self._every:
             self._commits = 0
             try:

@@ -122,6 +122,6 @@ class Release(msgspec.Struct, frozen=True):
 
 
 class Committed(msgspec.Struct, frozen=True):
-    """The store committed a group of ``events`` events (CheckpointActor counts them)."""
+    """The store committed ``commits`` more groups (the CheckpointActor counts them)."""
 
-    events: int
+    commits: int = 1

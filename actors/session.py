@@ -60,11 +60,11 @@ def session_shard(session_id: str, shards: int) -> int:
 
 
 class _Appended:
-    """Told by the store's writer thread when an append of this actor failed or ended."""
+    """Told by the store's writer thread when an append of this actor failed."""
 
     __slots__ = ("answer", "error", "parts", "reply", "session_id")
 
-    def __init__(self, session_id: str, error: BaseException | None,
+    def __init__(self, session_id: str, error: BaseException,
                  parts: list[StreamAppend], reply: Reply, answer: object) -> None:
         self.session_id = session_id
         self.error = error
@@ -100,7 +100,10 @@ class SessionActor(GovernedActor):
         self._max = max_sessions
         self._max_pending = max_pending
         self._sessions: OrderedDict[str, SessionState] = OrderedDict()
-        self._in_flight: dict[str, int] = {}
+        # The appends of each session not known to be finished: a session with one is not
+        # passivated. Finished ones are pruned when looked at, so a successful append
+        # costs the actor no message at all (the writer replies to the caller directly).
+        self._in_flight: dict[str, list[AppendRequest]] = {}
         self._pending: OrderedDict[str, Pending] = OrderedDict()
         self.passivated = 0
 
@@ -155,14 +158,16 @@ class SessionActor(GovernedActor):
             self._sessions[session_id] = state
         else:
             self._sessions.move_to_end(session_id)
+            if len(self._sessions) > self._max:  # over, while appends were in flight
+                self._passivate(keep=session_id)
         return state
 
-    def _passivate(self, room: int = 0) -> None:
+    def _passivate(self, room: int = 0, keep: str | None = None) -> None:
         """Passivate idle sessions, least recently used first, leaving ``room`` free.
 
-        Sessions with appends in flight stay (their views are about to change), so the
-        map may briefly hold more than ``max_sessions``; it is trimmed again as their
-        appends complete.
+        Sessions with appends in flight stay (their views are about to change), and so
+        does ``keep``, the session being served; so the map may hold more than
+        ``max_sessions`` for a while; it is trimmed whenever a session is next served.
         """
         limit = self._max - room
         if len(self._sessions) <= limit:
@@ -170,9 +175,20 @@ class SessionActor(GovernedActor):
         for session_id in list(self._sessions):
             if len(self._sessions) <= limit:
                 break
-            if not self._in_flight.get(session_id):
+            if session_id != keep and not self._busy(session_id):
                 del self._sessions[session_id]
                 self.passivated += 1
+
+    def _busy(self, session_id: str) -> bool:
+        """Whether the session has an append not yet finished."""
+        requests = self._in_flight.get(session_id)
+        if requests is None:
+            return False
+        requests[:] = [r for r in requests if not r.finished]
+        if requests:
+            return True
+        del self._in_flight[session_id]
+        return False
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -214,37 +230,34 @@ class SessionActor(GovernedActor):
     def _append(self, session_id: str, parts: list[StreamAppend], reply: Reply,
                 answer: object) -> None:
         """Submit ``parts`` atomically; ``reply(answer)`` once they are durable."""
-        self._in_flight[session_id] = self._in_flight.get(session_id, 0) + 1
         ref = self.actor_ref
 
         def committed(request: AppendRequest) -> None:
             # The writer's thread: reply at once when all went well (the caller is waiting
-            # on it), and let the actor's own thread do the bookkeeping and any recovery.
+            # on it). A failure goes to the actor's own thread, which decides what to do.
             if request.error is None:
                 reply(answer, None)
+                return
             try:
                 ref.tell(_Appended(session_id, request.error, parts, reply, answer))
             except Exception:  # the actor is gone; its successor reloads from the views
-                if request.error is not None:
-                    reply(None, request.error)
+                reply(None, request.error)
 
         try:
-            self._log.submit(parts, callback=committed)
+            request = self._log.submit(parts, callback=committed)
         except StoreError as exc:
             # The state already folded these events: it cannot be trusted any more.
-            self._in_flight[session_id] -= 1
             raise ActorCrash(f"cannot append: {exc}") from exc
+        pending = self._in_flight.get(session_id)
+        if pending is None:
+            self._in_flight[session_id] = [request]
+        else:  # pruned here too, so a busy session's list stays as short as its queue
+            pending[:] = [r for r in pending if not r.finished]
+            pending.append(request)
 
     def _appended(self, done: _Appended) -> None:
-        count = self._in_flight.get(done.session_id, 1) - 1
-        if count > 0:
-            self._in_flight[done.session_id] = count
-        else:
-            self._in_flight.pop(done.session_id, None)
-            self._passivate()
+        """An append failed (the writer's report, in the actor's thread)."""
         error = done.error
-        if error is None:
-            return
         if isinstance(error, WrongExpectedVersion) and self._drop_start(done):
             return
         if isinstance(error, IdempotencyConflict):

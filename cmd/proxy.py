@@ -33,7 +33,7 @@ from sessionwarden.actors.messages import AdmissionRefused, Lease, Leased
 from sessionwarden.cmd.calls import ProxiedCall, admit, complete, release_key
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.runtime import Runtime
-from sessionwarden.config import UnknownModel, find_model
+from sessionwarden.config import UnknownModel
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.errors import NoCredential
 from sessionwarden.domain.ratelimits import rate_limit_headers
@@ -73,7 +73,7 @@ async def chat_completions(
         )
         return
     try:
-        provider, upstream_model = find_model(rt.config, shape.model)
+        provider, upstream_model = rt.route(shape.model)
     except UnknownModel as exc:
         await send_error(send, 404, str(exc), code="model_not_found")
         return

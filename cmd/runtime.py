@@ -28,7 +28,7 @@ from sessionwarden.actors.shells import CompressorActor, UsageLedgerActor
 from sessionwarden.actors.supervisor import ActorSpec, Supervisor
 from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.cmd.wiring import default_projections
-from sessionwarden.config import Config
+from sessionwarden.config import Config, ProviderConfig, find_model
 from sessionwarden.domain.calls import CallOutcome
 from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.domain.stages import default_pipeline
@@ -36,6 +36,12 @@ from sessionwarden.store import EventLog
 from sessionwarden.upstream.client import UpstreamClient
 
 __all__ = ["Performer", "Runtime"]
+
+#: At most this many resolved model names are remembered.
+_MAX_ROUTES = 1024
+
+#: How many commits the CheckpointActor is told of at once.
+_COMMITS_PER_TELL = 8
 
 #: Does one kind of work an admission stage needs, on the event loop.
 Performer = Callable[[Any], Awaitable[Any]]
@@ -88,13 +94,21 @@ class Runtime:
         specs.append(ActorSpec("rateguard", lambda f: RateGuardActor.start(
             log, self.session_ref, clock=clock_, on_failure=f)))
         self.supervisor = Supervisor(specs)
+        self._commits = 0
+        self._routes: dict[str, tuple[ProviderConfig, str]] = {}
         # One subscription for the life of the log: it always reaches the current
         # CheckpointActor, so a restarted one needs no new listener.
         self.log.add_commit_listener(self._committed)
 
     def _committed(self, events: int) -> None:
+        # The writer's thread. The CheckpointActor only acts every few dozen commits, so
+        # it is told of them in batches: a message per commit cost a thread wake-up each.
+        self._commits += 1
+        if self._commits < _COMMITS_PER_TELL:
+            return
+        commits, self._commits = self._commits, 0
         try:
-            self.supervisor.ref("checkpoint").tell(Committed(events))
+            self.supervisor.ref("checkpoint").tell(Committed(commits))
         except (KeyError, pykka.ActorDeadError):
             pass  # not started yet, or being restarted: the next commits count
 
@@ -126,6 +140,21 @@ class Runtime:
                            "recorded with outcome unknown (they may have been billed)",
                            len(rows))
         return len(rows)
+
+    def route(self, model: str) -> tuple[ProviderConfig, str]:
+        """``find_model`` for a client's model name, remembered (the config is frozen).
+
+        Raises:
+            UnknownModel: the name does not resolve (not remembered: it costs nothing
+                upstream, and a client cannot grow the memo with made-up names).
+        """
+        found = self._routes.get(model)
+        if found is None:
+            found = find_model(self.config, model)
+            if len(self._routes) >= _MAX_ROUTES:
+                self._routes.clear()
+            self._routes[model] = found
+        return found
 
     def session_ref(self, session_id: str) -> "pykka.ActorRef[Any]":
         """The shard that owns ``session_id``."""

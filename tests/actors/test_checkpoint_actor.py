@@ -36,7 +36,7 @@ def start_checkpointer(log: EventLog, every: int, max_wal_bytes: int) -> "pykka.
 
     def committed(events: int) -> None:
         if ref.is_alive():
-            ref.tell(Committed(events))
+            ref.tell(Committed())
 
     log.add_commit_listener(committed)
     return ref
@@ -115,7 +115,7 @@ def test_passive_checkpoint_every_n_commits_is_recorded(logs: Logs) -> None:
 
     for i in range(5, 25):  # 20 more commits, plus the checkpoints' own
         log.append("s", [event(i)])
-    ref.ask(Committed(0), timeout=5)  # one more commit tick, also a barrier
+    ref.ask(Committed(), timeout=5)  # one more commit tick, also a barrier
     log.append("s", [event(99)])
     wait_until(lambda: len(checkpoints(log)) >= 5)
     recorded = checkpoints(log)
