@@ -41,7 +41,7 @@ def _host_name(host: str) -> str:
 
 
 class DaemonApp:
-    """The proxy and control API as one raw ASGI callable."""
+    """The proxy (and its health check) as one raw ASGI callable."""
 
     def __init__(
         self,
