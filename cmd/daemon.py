@@ -29,24 +29,10 @@ from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.server import LOOPBACK_NAMES, DaemonApp
 from sessionwarden.store import InstanceLock
 
-__all__ = ["add_daemon_command", "load_token", "run_daemon"]
+__all__ = ["load_token", "run_daemon"]
 
 TOKEN_ENV = "SESSIONWARDEN_TOKEN"
 _GRACE_S = 30
-
-
-def add_daemon_command(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    """Register ``daemon`` on the CLI's subparsers."""
-    p = sub.add_parser("daemon", help="run the proxy until SIGINT/SIGTERM")
-    p.add_argument("--config", type=Path, default=None,
-                   help="TOML config (default: $SESSIONWARDEN_CONFIG, else the environment)")
-    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port (default 8787; 0 picks one)")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow binding a non-loopback address (clients still need the token)")
-    p.add_argument("--log-json", action="store_true", help="log JSON lines")
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-    p.set_defaults(run=run_daemon)
 
 
 def load_token(db: Path, environ: dict[str, str]) -> tuple[str, Path | None]:

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import NoReturn, cast
 
 from sessionwarden import __version__
+from sessionwarden.cmd.cli_daemon import add_daemon_command
 from sessionwarden.cmd.cli_log import add_log_commands
 from sessionwarden.cmd.cli_usage import add_usage_commands
-from sessionwarden.cmd.daemon import add_daemon_command
 from sessionwarden.cmd.errors import CommandError, UsageError
 from sessionwarden.config import ConfigError
 from sessionwarden.errors import SessionwardenError

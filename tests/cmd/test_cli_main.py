@@ -79,3 +79,14 @@ def test_readme_documents_one_exit_code_for_bad_usage() -> None:
     usage_rows = [row for row in rows if "bad" in row and "usage" in row]
     assert [row.split("|")[1].strip() for row in usage_rows] == ["64"]
     assert not any(row.startswith("| 2 |") for row in rows)
+
+
+def test_the_read_only_commands_do_not_import_the_daemon() -> None:
+    # uvicorn, aiohttp and the actors are most of the CLI's start-up time; a command that
+    # only reads the log (and every test that runs one) must not pay for them.
+    probe = ("import sys; from sessionwarden.cmd.main import build_parser; build_parser(); "
+             "print(sorted(m for m in ('uvicorn', 'aiohttp', 'pykka', "
+             "'sessionwarden.cmd.daemon', 'sessionwarden.cmd.runtime') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
