@@ -363,7 +363,10 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=8, help="concurrent appenders (default 8)")
     parser.add_argument("--threads", action="store_true",
                         help="the appenders are threads blocking on their ack (EventLog: mode c)")
+    parser.add_argument("--events", type=int, default=bench.APPEND_EVENTS,
+                        help=f"events appended per mode and round (default {bench.APPEND_EVENTS:,})")
     args = parser.parse_args()
+    bench.APPEND_EVENTS = args.events
     tasks = args.tasks
     modes: dict[str, Callable[[Path], dict[str, float]]]
     if args.threads:

@@ -31,7 +31,8 @@ def test_store_appends_print_rates_and_ratios() -> None:
 
 @pytest.mark.parametrize("shape", [[], ["--threads"]], ids=["tasks", "threads"])
 def test_ceiling_prints_every_mode_against_a(shape: list[str]) -> None:
-    out = run_script(str(BENCH / "ceiling.py"), "--rounds", "1", "--tasks", "4", *shape)
+    out = run_script(str(BENCH / "ceiling.py"), "--rounds", "1", "--tasks", "4",
+                     "--events", "1000", *shape)
     modes = ["bare-t", "lean-t", "lf-t", "c"] if shape else ["bare", "lean", "c2"]
     for mode in modes:
         assert f"{mode}/a " in out and f"{mode}/b " in out
