@@ -364,7 +364,8 @@ def main() -> None:
     parser.add_argument("--threads", action="store_true",
                         help="the appenders are threads blocking on their ack (EventLog: mode c)")
     parser.add_argument("--events", type=int, default=bench.APPEND_EVENTS,
-                        help=f"events appended per mode and round (default {bench.APPEND_EVENTS:,})")
+                        help=f"events appended per mode and round "
+                             f"(default {bench.APPEND_EVENTS:,})")
     args = parser.parse_args()
     bench.APPEND_EVENTS = args.events
     tasks = args.tasks

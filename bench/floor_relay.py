@@ -21,7 +21,6 @@ from typing import Any
 
 import aiohttp
 import uvicorn
-
 from sessionwarden.store import ANY, EventLog, NewEvent, StreamAppend, StreamsView
 
 _DROP_DOWN = {"content-length", "connection", "keep-alive", "transfer-encoding",
