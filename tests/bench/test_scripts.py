@@ -36,3 +36,16 @@ def test_ceiling_prints_every_mode_against_a(shape: list[str]) -> None:
     modes = ["bare-t", "lean-t", "lf-t", "c"] if shape else ["bare", "lean", "c2"]
     for mode in modes:
         assert f"{mode}/a " in out and f"{mode}/b " in out
+
+
+def test_floor_prints_each_target_and_the_ratios() -> None:
+    out = run_script(str(BENCH / "floor.py"), "--requests", "20", "--rounds", "1",
+                     "--no-litellm")
+    for target in ["floor", "floor+log", "sessionwarden"]:
+        assert f"\n{target} " in out
+    assert "sessionwarden / floor+log  CPU" in out
+
+
+def test_callsize_prints_events_and_bytes_per_call() -> None:
+    out = run_script(str(BENCH / "callsize.py"), "--calls", "20", "--sessions", "2")
+    assert "events/call" in out and "database growth per call:" in out

@@ -1,0 +1,146 @@
+"""The floor of a proxied call's CPU on this stack, next to sessionwarden and LiteLLM.
+
+Run ``.venv/bin/python bench/floor.py [--requests N] [--rounds R] [--no-litellm]``. In one
+run, against one fake upstream, plain calls at concurrency 1 go to:
+
+* ``direct``: the fake upstream itself (its CPU column is the upstream's own work), the
+  baseline of the added p50;
+* ``floor``: ``bench/floor_relay.py``, a raw ASGI relay on the daemon's stack (uvicorn with
+  uvloop and httptools, one aiohttp session): token check, body read, POST upstream,
+  response relayed. No log, no actors, no policy: what any implementation on this stack
+  pays per call;
+* ``floor+log``: the same relay appending two events per call to an ``EventLog``, one
+  before sending and one after the response, each awaited until durable: the floor of a
+  relay that records a call before it is sent and after it ends;
+* ``sessionwarden``: the daemon, set up as in ``bench/proxy.py``;
+* ``litellm``: LiteLLM's proxy, as in ``bench/proxy.py`` (skipped with ``--no-litellm``).
+
+Each round runs every target in turn (the order rotates), 50 warm-up calls then N timed
+ones. Printed per target: the process's CPU per call (user + system, its whole process
+tree) and the client's p50, medians over rounds; each relay's added p50 (median of per-round
+differences from direct); then sessionwarden's CPU as a multiple of each floor and
+LiteLLM's as a multiple of sessionwarden's, medians of per-round ratios.
+Numbers only; nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proxy import (
+    LITELLM_MODEL,
+    MASTER_KEY,
+    SW_MODEL,
+    TOKEN,
+    Proc,
+    Target,
+    base_env,
+    ensure_litellm,
+    loadavg,
+    log,
+    run_cell,
+    start_daemon,
+    start_fake,
+    start_litellm,
+    wait_http,
+)
+
+RELAY = Path(__file__).resolve().parent / "floor_relay.py"
+
+
+def start_floor(workdir: Path, fake_url: str, procs: list[Proc], name: str,
+                logged: bool) -> tuple[Proc, str]:
+    cmd = [sys.executable, str(RELAY), fake_url]
+    if logged:
+        (workdir / name).mkdir()
+        cmd += ["--log", str(workdir / name / "events.db")]
+    proc = Proc(name, cmd, base_env(), workdir)
+    procs.append(proc)
+    m = proc.wait_for(r"floor listening on (http://127\.0\.0\.1:\d+/v1)", "err", 30)
+    wait_http(m.group(1).removesuffix("/v1") + "/healthz", 30, proc)
+    return proc, m.group(1)
+
+
+async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> None:
+    fake, fake_url = start_fake(workdir, procs)
+    floor, floor_url = start_floor(workdir, fake_url, procs, "floor", logged=False)
+    floor_log, floor_log_url = start_floor(workdir, fake_url, procs, "floor-log", logged=True)
+    sw, sw_url, _ = start_daemon(workdir, fake_url, procs)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    targets = [
+        Target("direct", fake_url + "/chat/completions", auth, SW_MODEL, fake),
+        Target("floor", floor_url + "/chat/completions", auth, SW_MODEL, floor),
+        Target("floor+log", floor_log_url + "/chat/completions", auth, SW_MODEL, floor_log),
+        Target("sessionwarden", sw_url + "/chat/completions",
+               auth | {"X-Session-Id": "bench-floor"}, SW_MODEL, sw),
+    ]
+    exe = None if args.no_litellm else ensure_litellm()
+    if exe is not None:
+        lt, lt_url, _ = start_litellm(exe, workdir, fake_url, procs)
+        targets.append(Target("litellm", lt_url + "/chat/completions",
+                              {"Authorization": f"Bearer {MASTER_KEY}"}, LITELLM_MODEL, lt))
+    time.sleep(1.0)
+    log(f"{args.requests} plain calls at c=1 per target and round, {args.rounds} rounds; "
+        f"{loadavg()}")
+    cpu: dict[str, list[float]] = {t.mode: [] for t in targets}
+    p50: dict[str, list[float]] = {t.mode: [] for t in targets}
+    for r in range(args.rounds):
+        order = targets[r % len(targets):] + targets[: r % len(targets)]
+        for t in order:
+            cell = await run_cell(t, 1, False, args.requests)
+            if cell.errors:
+                raise RuntimeError(f"{t.mode}: {dict(cell.statuses)}")
+            cpu[t.mode].append(cell.cpu_s / cell.n * 1e3)
+            p50[t.mode].append(cell.pct(0.5))
+            log(f"  round {r + 1} {t.mode:13s} CPU {cpu[t.mode][-1]:.3f} ms/call  "
+                f"p50 {p50[t.mode][-1]:.3f} ms")
+        log(f"  after round {r + 1}: {loadavg()}")
+    for t in targets:
+        await t.client.aclose()
+
+    log("\ntarget          CPU ms/call (median)   p50 ms (median)")
+    for t in targets:
+        log(f"{t.mode:15s} {statistics.median(cpu[t.mode]):10.3f}"
+            f"             {statistics.median(p50[t.mode]):8.3f}")
+
+    def ratio(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(cpu[a], cpu[b], strict=True))
+
+    def added(a: str) -> float:
+        return statistics.median(x - y for x, y in zip(p50[a], p50["direct"], strict=True))
+
+    log("\nadded p50 over direct (median of per-round differences):")
+    for t in targets[1:]:
+        log(f"  {t.mode:15s} +{added(t.mode):.3f} ms")
+    log(f"\nsessionwarden / floor      CPU {ratio('sessionwarden', 'floor'):.2f}x")
+    log(f"sessionwarden / floor+log  CPU {ratio('sessionwarden', 'floor+log'):.2f}x")
+    log(f"floor+log / floor          CPU {ratio('floor+log', 'floor'):.2f}x")
+    if "litellm" in cpu:
+        log(f"litellm / sessionwarden    CPU {ratio('litellm', 'sessionwarden'):.2f}x")
+        log(f"litellm / floor            CPU {ratio('litellm', 'floor'):.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=1000, help="timed calls per cell")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM")
+    args = parser.parse_args()
+    procs: list[Proc] = []
+    workdir = Path(tempfile.mkdtemp(prefix="sw-floor-"))
+    try:
+        asyncio.run(bench(args, procs, workdir))
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+if __name__ == "__main__":
+    main()
