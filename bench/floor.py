@@ -13,6 +13,7 @@ run, against one fake upstream, plain calls at concurrency 1 go to:
   before sending and one after the response, each awaited until durable: the floor of a
   relay that records a call before it is sent and after it ends;
 * ``sessionwarden``: the daemon, set up as in ``bench/proxy.py``;
+* ``baseline`` (with ``--compare-with CHECKOUT``): that checkout's daemon, set up the same;
 * ``litellm``: LiteLLM's proxy, as in ``bench/proxy.py`` (skipped with ``--no-litellm``).
 
 Each round runs every target in turn (the order rotates), 50 warm-up calls then N timed
@@ -81,6 +82,14 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
         Target("sessionwarden", sw_url + "/chat/completions",
                auth | {"X-Session-Id": "bench-floor"}, SW_MODEL, sw),
     ]
+    if args.compare_with is not None:
+        other = args.compare_with.resolve() / ".venv" / "bin" / "sessionwarden"
+        if not other.exists():
+            raise SystemExit(f"{other} does not exist: --compare-with names a checkout "
+                             "with its own .venv")
+        base, base_url, _ = start_daemon(workdir, fake_url, procs, exe=other, name="baseline")
+        targets.append(Target("baseline", base_url + "/chat/completions",
+                              auth | {"X-Session-Id": "bench-floor"}, SW_MODEL, base))
     exe = None if args.no_litellm else ensure_litellm()
     if exe is not None:
         lt, lt_url, _ = start_litellm(exe, workdir, fake_url, procs)
@@ -122,6 +131,8 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
     log(f"\nsessionwarden / floor      CPU {ratio('sessionwarden', 'floor'):.2f}x")
     log(f"sessionwarden / floor+log  CPU {ratio('sessionwarden', 'floor+log'):.2f}x")
     log(f"floor+log / floor          CPU {ratio('floor+log', 'floor'):.2f}x")
+    if "baseline" in cpu:
+        log(f"sessionwarden / baseline   CPU {ratio('sessionwarden', 'baseline'):.2f}x")
     if "litellm" in cpu:
         log(f"litellm / sessionwarden    CPU {ratio('litellm', 'sessionwarden'):.2f}x")
         log(f"litellm / floor            CPU {ratio('litellm', 'floor'):.2f}x")
@@ -132,6 +143,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000, help="timed calls per cell")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM")
+    parser.add_argument("--compare-with", type=Path, metavar="CHECKOUT",
+                        help="also run the daemon of another checkout (its .venv), as "
+                             "'baseline': an A/B of two versions in one run")
     args = parser.parse_args()
     procs: list[Proc] = []
     workdir = Path(tempfile.mkdtemp(prefix="sw-floor-"))

@@ -197,8 +197,12 @@ def start_fake(workdir: Path, procs: list[Proc]) -> tuple[Proc, str]:
     return proc, m.group(1)
 
 
-def start_daemon(workdir: Path, fake_url: str, procs: list[Proc]) -> tuple[Proc, str, Path]:
-    config = workdir / "sessionwarden.toml"
+def start_daemon(workdir: Path, fake_url: str, procs: list[Proc], exe: Path = SW_BIN,
+                 name: str = "sessionwarden") -> tuple[Proc, str, Path]:
+    """The daemon (``exe``: another checkout's, to compare two versions) on a fresh db."""
+    home = workdir if name == "sessionwarden" else workdir / name
+    home.mkdir(exist_ok=True)
+    config = home / "sessionwarden.toml"
     config.write_text(
         "[[providers]]\n"
         'name = "fake"\n'
@@ -210,15 +214,15 @@ def start_daemon(workdir: Path, fake_url: str, procs: list[Proc]) -> tuple[Proc,
         'provider = "fake"\n'
         "context_length = 128000\n"
     )
-    db = workdir / "db" / "events.db"
+    db = home / "db" / "events.db"
     db.parent.mkdir()
     env = base_env() | {"SESSIONWARDEN_TOKEN": TOKEN, "BENCH_FAKE_KEY_A": "sk-bench-a-1111",
                         "BENCH_FAKE_KEY_B": "sk-bench-b-2222"}
-    cmd = [str(SW_BIN) if SW_BIN.exists() else sys.executable]
-    if not SW_BIN.exists():
+    cmd = [str(exe) if exe.exists() else sys.executable]
+    if not exe.exists():
         cmd += ["-m", "sessionwarden.cmd.main"]
     cmd += ["daemon", "--config", str(config), "--db", str(db), "--port", "0"]
-    proc = Proc("sessionwarden", cmd, env, workdir)
+    proc = Proc(name, cmd, env, workdir)
     procs.append(proc)
     m = proc.wait_for(r"sessionwarden listening on (http://127\.0\.0\.1:\d+/v1)", "err", 60)
     url = m.group(1)
