@@ -29,6 +29,7 @@ from sessionwarden.actors.supervisor import ActorSpec, Supervisor
 from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.config import Config, ProviderConfig, find_model
+from sessionwarden.domain.admission import Pipeline
 from sessionwarden.domain.calls import CallOutcome
 from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.domain.stages import default_pipeline
@@ -61,8 +62,13 @@ class Runtime:
         max_sessions_per_shard: int = 2000,
         checkpoint_every: int = 50,
         max_wal_bytes: int = 64 * 1024 * 1024,
+        pipeline: Pipeline | None = None,
     ) -> None:
-        """Open the log; actors start in :meth:`start`."""
+        """Open the log; actors start in :meth:`start`.
+
+        ``pipeline`` replaces the admission pipeline the configuration implies (tests
+        and embedders; the daemon uses the default).
+        """
         self.config = config
         self.clock = clock or SystemClock()
         # SQLite's own checkpoints stay on: they run between two commits, when the WAL is
@@ -75,7 +81,7 @@ class Runtime:
         self.performers: dict[type, Performer] = {}
         self.stopping = False
         log, clock_ = self.log, self.clock
-        pipeline = default_pipeline(config)
+        pipeline = pipeline or default_pipeline(config)
 
         specs = [
             ActorSpec("checkpoint", lambda f: CheckpointActor.start(

@@ -23,6 +23,7 @@ from sessionwarden.cmd.daemon import _Lifespan
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.server import DaemonApp
 from sessionwarden.config import parse_config
+from sessionwarden.domain.admission import Pipeline
 
 from tests.cmd.daemon_fixtures import config_text
 from tests.support.fake_provider import FakeProviderServer
@@ -31,8 +32,10 @@ from tests.support.fake_provider import FakeProviderServer
 class InProcessDaemon:
     """A :class:`Runtime` and its :class:`DaemonApp` on a free loopback port."""
 
-    def __init__(self, db: Path, fake: FakeProviderServer, extra_config: str = "") -> None:
+    def __init__(self, db: Path, fake: FakeProviderServer, extra_config: str = "",
+                 pipeline: Pipeline | None = None) -> None:
         self.db = db
+        self.pipeline = pipeline
         self.keys = {"FAKE_KEY_A": "sk-test-a-" + secrets.token_hex(8),
                      "FAKE_KEY_B": "sk-test-b-" + secrets.token_hex(8)}
         self.config = parse_config(config_text(fake.base_url, list(self.keys),
@@ -45,7 +48,7 @@ class InProcessDaemon:
 
     def start(self) -> InProcessDaemon:
         """Start the runtime (orphans completed), then serve until :meth:`stop`."""
-        self.rt = Runtime(self.config, self.db, self.keys)
+        self.rt = Runtime(self.config, self.db, self.keys, pipeline=self.pipeline)
         self.rt.start()
         app = DaemonApp(self.rt, self.token, max_body_bytes=1 << 20)
         sock = socket.socket()
