@@ -25,6 +25,7 @@ from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.errors import CommandError, ListenError, UsageError
 from sessionwarden.cmd.http import ASGIReceive, ASGISend
 from sessionwarden.cmd.logs import setup_logging
+from sessionwarden.cmd.protocol import bounded_head_protocol
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.server import LOOPBACK_NAMES, DaemonApp
 from sessionwarden.store import InstanceLock
@@ -128,6 +129,7 @@ def run_daemon(args: argparse.Namespace, db: Path) -> int:
                 # No proxy in front of a loopback daemon: X-Forwarded-* would only be
                 # believed from a client, and the middleware cost ~15 % of a call's CPU.
                 proxy_headers=False,
+                http=bounded_head_protocol(config.daemon.max_header_kib << 10),
             ))
             if not config.providers:
                 logger.warning("no providers configured: set OPENAI_API_KEY, ANTHROPIC_API_KEY "

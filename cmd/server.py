@@ -1,8 +1,10 @@
 """The daemon's ASGI application: security checks first, then a dict of routes.
 
-Every request is checked before routing, in this order: the Host header must name this
-machine (a loopback name, or the explicitly allowed bind address), which defeats DNS
-rebinding from a browser; every path but ``/healthz`` needs ``Authorization: Bearer
+Every request is checked before routing, in this order: its line and headers are within
+``max_header_kib`` (counted while they arrive, ``cmd/protocol.py``: 431 otherwise); there
+is exactly one Host header, it parses as host[:port] and names this machine (a loopback
+name, or the explicitly allowed bind address), which defeats DNS rebinding from a
+browser; every path but ``/healthz`` needs ``Authorization: Bearer
 <token>`` (compared in constant time); a body larger than the cap is refused with 413 as
 soon as its declared or received size exceeds it, without reading it whole. Any error
 that escapes a handler becomes a 500 with a one-line message; a client never sees a
@@ -10,6 +12,7 @@ traceback.
 """
 
 import hmac
+import re
 import time
 from collections.abc import MutableMapping
 from typing import Any
@@ -28,16 +31,34 @@ from sessionwarden.cmd.http import (
 from sessionwarden.cmd.proxy import chat_completions
 from sessionwarden.cmd.runtime import Runtime
 
-__all__ = ["LOOPBACK_NAMES", "DaemonApp"]
+__all__ = ["LOOPBACK_NAMES", "DaemonApp", "host_name"]
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 
-def _host_name(host: str) -> str:
-    """``host`` without its port (``[::1]:8787`` → ``[::1]``)."""
-    if host.startswith("["):
-        return host[: host.find("]") + 1] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+# RFC 9110 host[:port]: a bracketed IPv6 literal or a name of letters, digits, dots and
+# hyphens. Anything else (userinfo as in "127.0.0.1:1@evil.com", a path, spaces, two
+# colons) is not a host this daemon can be, whatever a lenient split would make of it.
+_HOST = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9.-]+))(?::[0-9]{1,5})?")
+
+
+def host_name(raw_headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The one Host header's host, lower-cased (``[::1]:8787`` → ``[::1]``).
+
+    None unless there is exactly one Host header and it parses as host[:port].
+    """
+    values = [v for k, v in raw_headers if k.lower() == b"host"]
+    if len(values) != 1:
+        return None
+    match = _HOST.fullmatch(values[0].decode("latin-1"))
+    if match is None:
+        return None
+    return f"[{match['v6']}]".lower() if match["v6"] else match["name"].lower()
+
+
+def _bracketed(hosts: frozenset[str]) -> frozenset[str]:
+    """``hosts`` with each bare IPv6 address also in its Host-header form, ``[addr]``."""
+    return hosts | {f"[{h}]" for h in hosts if ":" in h and not h.startswith("[")}
 
 
 class DaemonApp:
@@ -55,7 +76,7 @@ class DaemonApp:
         self.runtime = runtime
         self._auth = f"Bearer {token}".encode()
         self._max_body = max_body_bytes
-        self._hosts = allowed_hosts
+        self._hosts = _bracketed(frozenset(h.lower() for h in allowed_hosts))
         self._started = time.time()
 
     async def __call__(
@@ -76,11 +97,12 @@ class DaemonApp:
     async def _serve(
         self, scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend
     ) -> None:
-        headers = header_map(scope["headers"])
-        if _host_name(headers.get("host", "")).lower() not in self._hosts:
-            await send_error(send, 403, "Host header does not name this machine",
+        if host_name(scope["headers"]) not in self._hosts:
+            await send_error(send, 403, "Host header does not name this machine (exactly "
+                             "one Host header, host[:port], naming a loopback address)",
                              code="host_not_allowed")
             return
+        headers = header_map(scope["headers"])
         path, method = scope["path"], scope["method"]
         if path == "/healthz":
             await send_json(send, 200, {"ok": True, "version": __version__,

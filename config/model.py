@@ -97,11 +97,14 @@ class DaemonConfig(_Section, frozen=True):
 
     ``drain_timeout_s`` bounds how long the upstream of a stream is still read for its
     usage after the client went away (the call's ledger row waits for it).
+    ``max_header_kib`` bounds a request's line and headers together, counted as they
+    arrive (before any check, auth included): a larger head gets 431.
     """
 
     host: Annotated[str, msgspec.Meta(min_length=1)] = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8787
     max_body_mib: _Positive = 32
+    max_header_kib: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 64
     drain_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=3600.0)] = 30.0
 
 

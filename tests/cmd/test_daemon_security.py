@@ -143,7 +143,8 @@ def test_missing_or_wrong_token_is_401(
 
 @pytest.mark.parametrize("host", [
     "evil.example", "evil.example:80", "127.0.0.1.evil.example", "localhost.evil.example",
-    "", "[::2]",
+    "", "[::2]", "127.0.0.1:1@evil.com", "localhost:80@evil.com", "127.0.0.1:80:80",
+    "127.0.0.1 evil.com", "127.0.0.1/evil", "localhost:port", "[::1", "::1",
 ])
 def test_foreign_host_header_is_403(daemon: Daemon, fake: FakeProviderServer, host: str) -> None:
     with daemon.http() as http:
@@ -153,9 +154,54 @@ def test_foreign_host_header_is_403(daemon: Daemon, fake: FakeProviderServer, ho
     assert_nothing_forwarded(fake)
 
 
+@pytest.mark.parametrize("hosts", [
+    ["127.0.0.1", "evil.example"], ["evil.example", "127.0.0.1"], ["127.0.0.1", "127.0.0.1"],
+])
+def test_more_than_one_host_header_is_403(
+    daemon: Daemon, fake: FakeProviderServer, hosts: list[str]
+) -> None:
+    body = json.dumps(chat_body()).encode()
+    head = "".join(f"Host: {h}\r\n" for h in hosts)
+    request = (f"POST /v1/chat/completions HTTP/1.1\r\n{head}"
+               f"Authorization: Bearer {daemon.token}\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode()
+    status, payload = raw_exchange(daemon, request, iter([body]))
+    assert status == 403 and json.loads(payload)["error"]["code"] == "host_not_allowed"
+    assert_nothing_forwarded(fake)
+
+
+@pytest.mark.parametrize("shape", ["many", "one-long", "long-url"])
+def test_a_request_head_over_the_cap_is_431_before_auth(
+    daemon: Daemon, fake: FakeProviderServer, shape: str
+) -> None:
+    # No token: the head is refused before the check that would ask for one.
+    if shape == "many":
+        head = "".join(f"X-Pad-{i}: {'v' * 1000}\r\n" for i in range(200))
+        line = "POST /v1/chat/completions HTTP/1.1"
+    elif shape == "one-long":
+        head = f"X-Pad: {'v' * (1 << 20)}\r\n"
+        line = "POST /v1/chat/completions HTTP/1.1"
+    else:
+        head = ""
+        line = f"GET /v1/models?{'q' * (200 << 10)} HTTP/1.1"
+    request = f"{line}\r\nHost: 127.0.0.1\r\n{head}Content-Length: 2\r\n\r\n{{}}".encode()
+    status, payload = raw_exchange(daemon, request, iter(()))
+    assert status == 431
+    assert json.loads(payload)["error"]["code"] == "headers_too_large"
+    assert_nothing_forwarded(fake)
+
+
+def test_a_head_under_the_cap_is_served(daemon: Daemon, fake: FakeProviderServer) -> None:
+    with daemon.http() as http:
+        resp = http.post("/v1/chat/completions", json=chat_body(),
+                         headers={f"X-Pad-{i}": "v" * 1000 for i in range(40)})
+    assert resp.status_code == 200
+
+
 def test_loopback_host_names_are_accepted(daemon: Daemon) -> None:
     with daemon.http() as http:
-        for host in (f"localhost:{daemon.port}", f"127.0.0.1:{daemon.port}", "LOCALHOST"):
+        for host in (f"localhost:{daemon.port}", f"127.0.0.1:{daemon.port}", "LOCALHOST",
+                     "[::1]", f"[::1]:{daemon.port}", "localhost"):
             assert http.get("/v1/models", headers={"Host": host}).status_code == 200
 
 
