@@ -8,6 +8,7 @@ error and the redactor. ``cmd/`` finds and reads the file (``--config``,
 from sessionwarden.config.errors import ConfigError, UnknownModel
 from sessionwarden.config.model import (
     API_MODES,
+    MAX_MODEL_NAME,
     STRATEGIES,
     ApiMode,
     Billing,
@@ -30,6 +31,7 @@ from sessionwarden.config.parse import ZERO_CONFIG_PROVIDERS, parse_config, zero
 
 __all__ = [
     "API_MODES",
+    "MAX_MODEL_NAME",
     "STRATEGIES",
     "ZERO_CONFIG_PROVIDERS",
     "ApiMode",

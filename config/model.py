@@ -57,6 +57,9 @@ _NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 _Fraction = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
 _KEY_REF = re.compile(r"env:(?P<name>[A-Za-z_][A-Za-z0-9_]{0,127})")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: The longest model name a client or the configuration may use: names enter the
+#: permanent log with every call, and no real model name comes near this.
+MAX_MODEL_NAME = 256
 
 
 class InvalidField(ValueError):
@@ -163,7 +166,7 @@ class ModelConfig(_Section, frozen=True):
     ``context_length`` None means unknown (the caller applies its default).
     """
 
-    name: Annotated[str, msgspec.Meta(min_length=1)]
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MODEL_NAME)]
     provider: str
     context_length: _Positive | None = None
     max_output_tokens: _Positive | None = None

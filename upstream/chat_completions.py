@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
+from sessionwarden.config import MAX_MODEL_NAME
 from sessionwarden.domain.calls import CallRequest, RequestShape
 from sessionwarden.domain.usage import text_chars
 from sessionwarden.upstream.errors import MalformedRequest
@@ -77,6 +78,10 @@ class ChatCompletions:
         model = payload.get("model")
         if not isinstance(model, str) or not model:
             raise MalformedRequest("'model' must be a non-empty string", code="invalid_model")
+        if len(model) > MAX_MODEL_NAME or not model.isprintable():
+            # The name enters the permanent log and every table that shows it.
+            raise MalformedRequest(f"'model' must be at most {MAX_MODEL_NAME} printable "
+                                   "characters", code="invalid_model")
         messages = payload.get("messages")
         problems = _problems(messages)
         return payload, RequestShape(

@@ -315,6 +315,22 @@ def test_json_that_is_not_an_object_is_400(
     assert_nothing_forwarded(fake)
 
 
+@pytest.mark.parametrize("model", ["fake/" + "m" * 300, "fake/gpt\x1b[31mred", "fake/a\nb",
+                                   "fake/\u202eevil"])
+def test_a_model_name_too_long_or_unprintable_is_400_and_not_logged(
+    daemon: Daemon, fake: FakeProviderServer, model: str
+) -> None:
+    # A provider/model name routes to the provider whatever the model part says: before
+    # this check, such a name went upstream and into the permanent log.
+    with daemon.http() as http:
+        resp = http.post("/v1/chat/completions", json={**chat_body(), "model": model})
+    assert assert_error(resp, 400)["error"]["code"] == "invalid_model"
+    assert_nothing_forwarded(fake)
+    stored = b"".join(p.read_bytes() for p in daemon.db.parent.glob(daemon.db.name + "*"))
+    assert b"fake/" in stored  # the check looks where the calls are
+    assert model[5:].encode() not in stored
+
+
 @pytest.mark.parametrize("model", [None, 123, 1.5, True, ["gpt-test"], {"name": "gpt-test"}, ""])
 def test_non_string_model_is_400(daemon: Daemon, fake: FakeProviderServer, model: Any) -> None:
     body: dict[str, Any] = chat_body()

@@ -265,6 +265,11 @@ def test_structs_are_frozen() -> None:
             "configured provider",
         ),
         ("unknown_top = 1\n", "unknown_top", "unknown key"),
+        (
+            PROVIDER + f'[[models]]\nname = "{"m" * 257}"\nprovider = "p"\n',
+            "models[0].name",
+            "256",
+        ),
     ],
 )
 def test_errors_name_the_key_path(text: str, key_path: str, expected: str | None) -> None:
