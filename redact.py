@@ -86,7 +86,7 @@ def _pattern_sub_bytes(match: re.Match[bytes]) -> bytes:
 class _Compiled:
     """An immutable snapshot of the registered secrets, swapped atomically on ``add``."""
 
-    __slots__ = ("bytes_re", "bytes_repl", "text_re", "text_repl")
+    __slots__ = ("bytes_re", "bytes_repl", "raw", "text_re", "text_repl")
 
     def __init__(self, secrets: Iterable[str]) -> None:
         # Longest first, so a secret that contains another is replaced as a whole.
@@ -99,7 +99,49 @@ class _Compiled:
         self.bytes_re: re.Pattern[bytes] | None = None
         if ordered:
             self.text_re = re.compile("|".join(re.escape(s) for s in ordered))
-            self.bytes_re = re.compile(b"|".join(re.escape(b) for b in self.bytes_repl))
+            # Bytes are what crosses the wire, where JSON may spell any character of a
+            # key as a \uXXXX escape ("\u0073k-…"): each secret matches in any mix of
+            # raw and escaped characters, and the group says which secret it was.
+            self.bytes_re = re.compile(b"|".join(
+                b"(?P<s%d>%s)" % (i, _escapable(s)) for i, s in enumerate(ordered)))
+            self.bytes_repl = {f"s{i}".encode(): placeholder(s).encode("ascii")
+                               for i, s in enumerate(ordered)}
+        self.raw = tuple(s.encode("utf-8", "surrogatepass") for s in ordered)
+
+    def sub_bytes(self, data: bytes) -> bytes:
+        """``data`` with every registered secret, raw or JSON-escaped, replaced."""
+        if self.bytes_re is None:
+            return data
+        # The escape-aware pattern is slow (about 80 µs per KiB); every answer passes
+        # here, and almost none holds a key. Substring searches over the bytes, with
+        # ASCII escapes undone first if there are any, decide whether it must run.
+        probe = _ASCII_ESCAPE.sub(_unescape, data) if b"\\u" in data else data
+        if not any(secret in probe for secret in self.raw):
+            return data
+        repl = self.bytes_repl
+        return self.bytes_re.sub(lambda m: repl[(m.lastgroup or "").encode()], data)
+
+
+_ASCII_ESCAPE = re.compile(rb"\\u00([2-7][0-9A-Fa-f])")
+
+
+def _unescape(match: re.Match[bytes]) -> bytes:
+    return bytes((int(match[1], 16),))
+
+
+def _escapable(secret: str) -> bytes:
+    """A bytes pattern for ``secret`` where any character may be a JSON ``\\uXXXX``."""
+    parts = []
+    for char in secret:
+        hex4 = f"{ord(char):04x}" if ord(char) < 0x10000 else None
+        raw = re.escape(char.encode("utf-8", "surrogatepass"))
+        if hex4 is None:
+            parts.append(raw)
+            continue
+        escaped = b"".join(b"[%s%s]" % (h.encode(), h.upper().encode()) if h.isalpha()
+                           else h.encode() for h in hex4)
+        parts.append(b"(?:%s|\\\\u%s)" % (raw, escaped))
+    return b"".join(parts)
 
 
 class Redactor:
@@ -152,12 +194,16 @@ class Redactor:
         return _PATTERNS.sub(_pattern_sub, text)
 
     def redact_bytes(self, data: bytes) -> bytes:
-        """Like :meth:`redact` for raw bytes (UTF-8 secrets; other bytes pass unchanged)."""
-        compiled = self._compiled
-        if compiled.bytes_re is not None:
-            repl = compiled.bytes_repl
-            data = compiled.bytes_re.sub(lambda m: repl[m.group()], data)
-        return _PATTERNS_BYTES.sub(_pattern_sub_bytes, data)
+        """Like :meth:`redact` for raw bytes; secrets also when JSON-escaped."""
+        return _PATTERNS_BYTES.sub(_pattern_sub_bytes, self._compiled.sub_bytes(data))
+
+    def scrub_secrets(self, data: bytes) -> bytes:
+        """Only the registered secrets (raw or JSON-escaped) replaced, no patterns.
+
+        For a model's answer on its way to the client: a key-shaped string there may be
+        the content the user asked for, but a key of ours never is.
+        """
+        return self._compiled.sub_bytes(data)
 
 
 #: The process-wide redactor: the key pool registers resolved keys here, and every sink

@@ -61,6 +61,11 @@ async def chat_completions(
     rt: Runtime, headers: dict[str, str], body: bytes, receive: ASGIReceive, send: ASGISend
 ) -> None:
     """Serve one chat-completions request (the body has been read and size-checked)."""
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("identity", ""):
+        await send_error(send, 415, f"Content-Encoding {_short(encoding, 40)!r} is not "
+                         "supported: send the body uncompressed", code="unsupported_encoding")
+        return
     try:
         payload, shape = _CLIENT_WIRE.read_request(body)
     except MalformedRequest as exc:
@@ -177,8 +182,16 @@ async def _relay_plain(
         return
     status = response.status
     limits = rate_limit_headers(response.headers)
+    if 300 <= status < 400:
+        # Not followed, and not relayed either: a client that followed it would send its
+        # request, and our token, wherever the upstream pointed.
+        await _fail(rt, call, send, "upstream_error", 502, f"the upstream provider answered "
+                    f"with a redirect ({status}), which sessionwarden does not follow",
+                    status=status)
+        return
     if status < 400:
         facts = adapter.read_response(body)
+        body = default_redactor.scrub_secrets(body)  # an upstream that echoes our key
         outcome = call.outcome("ok", status=status, usage_block=facts.usage_block,
                                has_output=facts.has_output, output_chars=facts.output_chars,
                                rate_limit_headers=limits)
@@ -204,7 +217,8 @@ async def _relay_stream(
         if disconnected.is_set() or not data:
             return
         try:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "more_body": True,
+                        "body": default_redactor.scrub_secrets(data)})
         except Exception:  # the client went away between our check and the write
             disconnected.set()
 
@@ -264,7 +278,8 @@ async def _relay_stream(
     else:
         tail = reader.rest()
     try:
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        await send({"type": "http.response.body", "more_body": False,
+                    "body": default_redactor.scrub_secrets(tail)})
     except Exception:
         pass
 
@@ -273,8 +288,10 @@ async def _start(
     send: ASGISend, status: int, response: aiohttp.ClientResponse, call: ProxiedCall,
     length: int | None,
 ) -> None:
+    # Header values are scrubbed with the patterns too: no header of an answer has a
+    # reason to carry anything key-shaped.
     headers = [
-        (k.encode("latin-1"), v.encode("latin-1"))
+        (k.encode("latin-1"), default_redactor.redact_bytes(v.encode("latin-1")))
         for k, v in response.headers.items() if k.lower() not in DROP_DOWN
     ]
     if length is not None:

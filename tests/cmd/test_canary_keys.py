@@ -173,3 +173,32 @@ def test_error_bodies_name_the_key_by_fingerprint(
     assert resp.status_code == status
     assert fingerprint(keys["FAKE_KEY_A"]) in resp.text
     assert keys["FAKE_KEY_A"] not in resp.text
+
+
+def test_an_upstream_echoing_the_key_in_a_good_answer_never_gets_it_to_the_client(
+    daemon_factory: DaemonFactory, fake: FakeProviderServer
+) -> None:
+    # The echo writes the key's first character as a JSON \u escape, as a serialiser that
+    # escapes freely would; the headers carry it raw and as a Bearer. A stream's echo is
+    # in one event (stream_chunks=1): a key spread over several deltas is not caught.
+    keys = _canaries()
+    daemon = daemon_factory(keys=keys).start()
+    seen = Collector()
+    echo = {"echo_key_ok": True, "echo_key_header": True, "stream_chunks": 1}
+    with daemon.http() as http:
+        for i in range(4):  # round robin: both keys, twice
+            resp = http.post("/v1/chat/completions", json=chat_body(f"plain {i}", fake=echo))
+            assert resp.status_code == 200 and "your key is" in resp.json()[
+                "choices"][0]["message"]["content"]
+            seen.response(f"plain {i}", resp)
+            resp = http.post("/v1/chat/completions",
+                             json=chat_body(f"stream {i}", stream=True, fake=echo))
+            assert resp.status_code == 200 and b"[DONE]" in resp.content
+            seen.response(f"stream {i}", resp)
+    sent = {r.headers.get("authorization") for r in fake.state.snapshot()}
+    assert {f"Bearer {k}" for k in keys.values()} <= sent
+    assert b"REDACTED" in b"".join(data for _, data in seen.items)
+    needles = _needles(keys)
+    escaped = [b"\\u%04x" % ord(k[0]) + k[1:].encode() for k in keys.values()]
+    leaks = seen.leaks(needles + escaped)
+    assert not leaks, "\n".join(leaks)

@@ -5,6 +5,7 @@ still serves a normal call and that its stderr shows no traceback; tests of refu
 requests also check that nothing was forwarded upstream.
 """
 
+import gzip
 import json
 import socket
 from collections.abc import Iterator
@@ -420,4 +421,57 @@ def test_many_bad_requests_in_a_row(daemon: Daemon, fake: FakeProviderServer) ->
     with daemon.http() as http:
         for body in bodies:
             assert http.post("/v1/chat/completions", content=body).status_code == 400
+    assert_nothing_forwarded(fake)
+
+
+# -- what crosses to and from the upstream ------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_an_upstream_redirect_is_neither_followed_nor_relayed(
+    daemon: Daemon, fake: FakeProviderServer, stream: bool
+) -> None:
+    target = fake.base_url + "/stolen"
+    with daemon.http() as http:
+        resp = http.post("/v1/chat/completions",
+                         json=chat_body(stream=stream, fake={"redirect": target}))
+    assert assert_error(resp, 502)["error"]["type"] == "upstream_error"
+    assert "location" not in resp.headers and "redirect" in resp.text
+    assert [r.path for r in fake.state.snapshot()] == ["/v1/chat/completions"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_compressed_answer_reaches_the_client_readable(
+    daemon: Daemon, fake: FakeProviderServer, stream: bool
+) -> None:
+    with daemon.http() as http:
+        resp = http.post("/v1/chat/completions", headers={"Accept-Encoding": "identity"},
+                         json=chat_body("zipped", stream=stream,
+                                        fake={"gzip": True, "stream_chunks": 1}))
+    assert resp.status_code == 200 and "content-encoding" not in resp.headers
+    if stream:
+        assert b"ok: zipped" in resp.content and resp.content.endswith(b"data: [DONE]\n\n")
+    else:
+        assert resp.json()["choices"][0]["message"]["content"] == "ok: zipped"
+    assert fake.state.last.headers["accept-encoding"] == "identity"
+
+
+def test_expect_and_the_clients_content_encoding_are_not_forwarded(
+    daemon: Daemon, fake: FakeProviderServer
+) -> None:
+    with daemon.http() as http:
+        resp = http.post("/v1/chat/completions", json=chat_body(),
+                         headers={"Expect": "100-continue", "Content-Encoding": "identity"})
+    assert resp.status_code == 200
+    sent = fake.state.last.headers
+    assert "expect" not in sent and "content-encoding" not in sent
+
+
+def test_a_compressed_request_body_is_415(daemon: Daemon, fake: FakeProviderServer) -> None:
+    body = gzip.compress(json.dumps(chat_body()).encode())
+    with daemon.http() as http:
+        resp = http.post("/v1/chat/completions", content=body,
+                         headers={"Content-Encoding": "gzip",
+                                  "Content-Type": "application/json"})
+    assert assert_error(resp, 415)["error"]["code"] == "unsupported_encoding"
     assert_nothing_forwarded(fake)

@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import importlib.util
 import json
 import socket
 import threading
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, fields
@@ -62,6 +64,10 @@ class FakeOptions:
     usage_block: dict[str, Any] | None = None
     stream_chunks: int = 3  # number of content delta chunks
     hang_after_chunks: int | None = None  # stop after N SSE events, keep the connection open
+    echo_key_ok: bool = False  # a 200 answer's text holds the key, its first char \u-escaped
+    echo_key_header: bool = False  # response headers hold the key (raw and as a Bearer)
+    gzip: bool = False  # gzip the response whatever Accept-Encoding says
+    redirect: str | None = None  # answer 307 with this Location instead
 
     @classmethod
     def parse(cls, body: dict[str, Any], headers: dict[str, str]) -> FakeOptions:
@@ -169,6 +175,13 @@ def _ratelimit_headers(state: FakeProviderState, prompt: int) -> dict[str, str]:
     }
 
 
+def _escape_key(text: str, key: str, opts: FakeOptions) -> str:
+    """``text`` (JSON) with the key's first character written as a \\u escape."""
+    if not (opts.echo_key_ok and key):
+        return text
+    return text.replace(key, f"\\u{ord(key[0]):04x}" + key[1:])
+
+
 def _error(opts: FakeOptions, headers: dict[str, str], anthropic: bool) -> JSONResponse:
     status = int(opts.status or 500)
     message = f"fake provider error {status}"
@@ -194,6 +207,7 @@ async def _sse(
 
     A hung stream ends when the client disconnects (Starlette cancels us) or the server stops.
     """
+    packer = zlib.compressobj(wbits=31) if opts.gzip else None  # 31: the gzip format
     for i, event in enumerate(events):
         if opts.hang_after_chunks is not None and i >= opts.hang_after_chunks:
             while not closing.is_set():
@@ -201,7 +215,12 @@ async def _sse(
             return
         if i and opts.chunk_delay_ms:
             await asyncio.sleep(opts.chunk_delay_ms / 1000)
-        yield event.encode()
+        if packer is None:
+            yield event.encode()
+        else:
+            yield packer.compress(event.encode()) + packer.flush(zlib.Z_SYNC_FLUSH)
+    if packer is not None:
+        yield packer.flush()
 
 
 async def _prepare(
@@ -236,7 +255,12 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
         if opts.status is not None and int(opts.status) >= 400:
             st.count("errors")
             return _error(opts, headers, anthropic=False)
+        if opts.redirect:
+            return Response(status_code=307, headers={"location": opts.redirect})
         prompt, cached, text = _token_counts(body)
+        key = headers.get("authorization", "").removeprefix("Bearer ")
+        if opts.echo_key_ok:
+            text += f" (your key is {key})"
         completion = len(text) // 4 + 1
         usage = opts.pick_usage({
             "prompt_tokens": prompt, "completion_tokens": completion,
@@ -247,13 +271,19 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
         base = {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "created": int(time.time()),
                 "model": body.get("model", "fake-model")}
         rl = _ratelimit_headers(st, prompt)
+        if opts.echo_key_header:
+            rl |= {"x-echo-key": key, "x-echo-auth": f"Bearer {key}"}
         if not body.get("stream"):
             resp = {**base, "object": "chat.completion", "choices": [{
                 "index": 0, "message": {"role": "assistant", "content": text},
                 "logprobs": None, "finish_reason": "stop"}]}
             if usage is not None:
                 resp["usage"] = usage
-            return JSONResponse(resp, headers=rl)
+            raw = _escape_key(json.dumps(resp), key, opts).encode()
+            if opts.gzip:
+                raw = gzip.compress(raw)
+                rl["content-encoding"] = "gzip"
+            return Response(raw, headers=rl, media_type="application/json")
         st.count("streams")
         s_opts = body.get("stream_options")
         include_usage = isinstance(s_opts, dict) and bool(s_opts.get("include_usage"))
@@ -262,7 +292,7 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
             data = {**base, "object": "chat.completion.chunk", "choices": choices, **extra}
             if include_usage:
                 data.setdefault("usage", None)
-            return f"data: {json.dumps(data)}\n\n"
+            return f"data: {_escape_key(json.dumps(data), key, opts)}\n\n"
 
         def delta(d: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
             return {"index": 0, "delta": d, "logprobs": None, "finish_reason": finish}
@@ -273,6 +303,8 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
         if include_usage and usage is not None:
             events.append(chunk([], usage=usage))
         events.append("data: [DONE]\n\n")
+        if opts.gzip:
+            rl["content-encoding"] = "gzip"
         return sse_response(events, opts, rl)
 
     async def messages(request: Request) -> Response:
