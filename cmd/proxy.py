@@ -33,6 +33,7 @@ from sessionwarden.actors.messages import AdmissionRefused, Lease, Leased
 from sessionwarden.cmd.calls import ProxiedCall, admit, complete, release_key
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.runtime import Runtime
+from sessionwarden.cmd.watch import ClientGone, ClientWatch
 from sessionwarden.config import UnknownModel
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.errors import NoCredential
@@ -150,31 +151,47 @@ async def _forward(
     rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, body: bytes,
     out_headers: dict[str, str], injected: bool, receive: ASGIReceive, send: ASGISend,
 ) -> None:
+    client = ClientWatch(receive)
     try:
-        response = await rt.upstream.post(call.provider, adapter.path, body, out_headers)
-    except TimeoutError:
-        await _fail(rt, call, send, "timeout", 504, "the upstream provider timed out")
-        return
-    except aiohttp.ClientError as exc:
-        reason = f"the upstream provider is unreachable ({type(exc).__name__})"
-        await _fail(rt, call, send, "unreachable", 502, reason)
-        return
-    try:
-        is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
-        if call.stream and response.status == 200 and is_sse:
-            await _relay_stream(rt, call, adapter.stream(injected), response, receive, send)
-        else:
-            await _relay_plain(rt, call, adapter, response, send)
+        try:
+            response = await client.race(
+                rt.upstream.post(call.provider, adapter.path, body, out_headers))
+        except ClientGone:
+            await complete(rt, call, call.outcome(
+                "client_disconnected", error="the client left before the upstream answered"))
+            return
+        except TimeoutError:
+            await _fail(rt, call, send, "timeout", 504, "the upstream provider timed out")
+            return
+        except aiohttp.ClientError as exc:
+            reason = f"the upstream provider is unreachable ({type(exc).__name__})"
+            await _fail(rt, call, send, "unreachable", 502, reason)
+            return
+        try:
+            is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
+            if call.stream and response.status == 200 and is_sse:
+                await _relay_stream(rt, call, adapter.stream(injected), response, client, send)
+            else:
+                await _relay_plain(rt, call, adapter, response, client, send)
+        finally:
+            response.release()
     finally:
-        response.release()
+        client.close()
 
 
 async def _relay_plain(
     rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, response: aiohttp.ClientResponse,
-    send: ASGISend,
+    client: ClientWatch, send: ASGISend,
 ) -> None:
     try:
-        body = await response.read()
+        body = await client.race(response.read())
+    except ClientGone:
+        response.close()  # unread: the connection cannot go back to the pool
+        await complete(rt, call, call.outcome(
+            "client_disconnected", status=response.status,
+            rate_limit_headers=rate_limit_headers(response.headers),
+            error="the client left before the answer was read"))
+        return
     except (aiohttp.ClientError, TimeoutError) as exc:
         await _fail(rt, call, send, "truncated", 502,
                     f"the upstream response broke off ({type(exc).__name__})",
@@ -208,7 +225,7 @@ async def _relay_plain(
 
 async def _relay_stream(
     rt: Runtime, call: ProxiedCall, reader: ChatStream, response: aiohttp.ClientResponse,
-    receive: ASGIReceive, send: ASGISend,
+    client: ClientWatch, send: ASGISend,
 ) -> None:
     disconnected = asyncio.Event()
     broke = ""
@@ -241,13 +258,14 @@ async def _relay_stream(
         # deadline on the whole read, armed by the disconnect watcher.
         async with asyncio.timeout(None) as drain:
 
-            async def watch() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                disconnected.set()
-                drain.reschedule(loop.time() + rt.config.daemon.drain_timeout_s)
+            reading = True
 
-            watcher = asyncio.create_task(watch())
+            def left() -> None:
+                disconnected.set()
+                if reading:  # the deadline is only ours to move while we are inside it
+                    drain.reschedule(loop.time() + rt.config.daemon.drain_timeout_s)
+
+            client.on_gone(left)
             try:
                 await _start(send, 200, response, call, None)
                 async for chunk in response.content.iter_any():
@@ -255,7 +273,7 @@ async def _relay_stream(
                     if disconnected.is_set() and reader.usage_block is not None:
                         break
             finally:
-                watcher.cancel()
+                reading = False
     except (aiohttp.ClientError, TimeoutError, EventTooLarge) as exc:
         broke = _short(str(exc) if isinstance(exc, EventTooLarge) else type(exc).__name__)
         logger.warning("call {}: upstream stream ended early: {}", call.call_id, broke)

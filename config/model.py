@@ -126,7 +126,13 @@ class PriceConfig(_Section, frozen=True):
 
 
 class ProviderConfig(_Section, frozen=True):
-    """``[[providers]]``: one upstream endpoint and its pool of key references."""
+    """``[[providers]]``: one upstream endpoint and its pool of key references.
+
+    ``max_connections`` bounds the provider's own connection pool (a hung provider can
+    hold no more, and never a healthy provider's); a call that finds it full waits at
+    most ``connect_timeout_s``. ``read_timeout_s`` bounds the wait for the next bytes of
+    an answer (the first ones included: a reasoning model may think for minutes).
+    """
 
     name: str
     base_url: str
@@ -136,6 +142,9 @@ class ProviderConfig(_Section, frozen=True):
     max_concurrent_leases: _Positive = 4
     billing: Billing = "metered"
     pricing_url: str = ""
+    max_connections: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
+    connect_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=600.0)] = 10.0
+    read_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=3600.0)] = 300.0
 
     def __post_init__(self) -> None:
         """Check the name, the URLs and that every key is an ``env:NAME`` reference."""

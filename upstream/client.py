@@ -48,21 +48,24 @@ def forwarded_headers(client: Mapping[str, str], auth: Mapping[str, str]) -> dic
 class UpstreamClient:
     """The daemon's connections to its providers, created inside the event loop."""
 
-    def __init__(self, *, connections_per_provider: int = 256, connect_timeout_s: float = 10.0,
-                 read_timeout_s: float = 600.0) -> None:
-        """Bound each provider to ``connections_per_provider`` connections."""
-        self._limit = connections_per_provider
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s,
-                                              sock_read=read_timeout_s)
+    def __init__(self) -> None:
+        """No connection yet: each provider's pool is made on its first call."""
         self._sessions: dict[str, aiohttp.ClientSession] = {}
 
     def session(self, provider: ProviderConfig) -> aiohttp.ClientSession:
-        """The provider's session (created on first use, in the running loop)."""
+        """The provider's session (created on first use, in the running loop).
+
+        Its pool holds at most ``max_connections``; ``connect`` covers the wait for a
+        free one too, so a call to a saturated provider fails in bounded time.
+        """
         session = self._sessions.get(provider.name)
         if session is None:
+            timeout = aiohttp.ClientTimeout(total=None, connect=provider.connect_timeout_s,
+                                            sock_read=provider.read_timeout_s)
             session = aiohttp.ClientSession(
-                timeout=self._timeout,
-                connector=aiohttp.TCPConnector(limit=self._limit, ttl_dns_cache=300),
+                timeout=timeout,
+                connector=aiohttp.TCPConnector(limit=provider.max_connections,
+                                               ttl_dns_cache=300),
                 # We ask for identity; an upstream that compresses anyway is decoded
                 # here, since the usage is read from the body and the client gets it
                 # without the Content-Encoding header.

@@ -1,0 +1,78 @@
+"""The client's side of a proxied call: noticing, while the upstream works, that it left.
+
+Once the request body is read, the only thing an ASGI app hears from its client is
+``http.disconnect``, and only when it asks. Without someone asking, a client that gives
+up on a slow upstream leaves the call waiting for the upstream's answer — for as long
+as the read timeout — holding one of the provider's connections: enough of them and a
+hung provider has its whole pool held by calls nobody waits for. :class:`ClientWatch`
+asks for the whole call, and :meth:`ClientWatch.race` ends any upstream step the moment
+the client leaves, which closes that upstream connection.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from sessionwarden.cmd.http import ASGIReceive
+
+__all__ = ["ClientGone", "ClientWatch"]
+
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client disconnected while the awaited upstream step was still running."""
+
+
+class ClientWatch:
+    """Listens for the client's disconnect; started per call, closed when it ends."""
+
+    def __init__(self, receive: ASGIReceive) -> None:
+        """Start listening on ``receive`` (the request body must have been read)."""
+        loop = asyncio.get_running_loop()
+        self.gone = loop.create_future()  # resolved (None) when the client leaves
+        self._callbacks: list[Callable[[], None]] = []
+        self._task = loop.create_task(self._listen(receive))
+
+    async def _listen(self, receive: ASGIReceive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.gone.set_result(None)
+        for callback in self._callbacks:
+            callback()
+
+    @property
+    def left(self) -> bool:
+        """Whether the client has disconnected."""
+        return self.gone.done()
+
+    def on_gone(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the client leaves (at once if it already has)."""
+        if self.left:
+            callback()
+        else:
+            self._callbacks.append(callback)
+
+    async def race(self, step: Awaitable[T]) -> T:
+        """``step``'s result, unless the client leaves first: then ``step`` is cancelled.
+
+        Raises:
+            ClientGone: the client disconnected before ``step`` finished.
+        """
+        task = asyncio.ensure_future(step)
+        try:
+            await asyncio.wait((task, self.gone), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # we are cancelled ourselves (shutdown): so is the step
+            task.cancel()
+            raise
+        if task.done():
+            return task.result()
+        task.cancel()
+        # Wait for the step to unwind (its connection closed) without taking its
+        # CancelledError for ours; a cancellation of this call still goes through.
+        await asyncio.gather(task, return_exceptions=True)
+        raise ClientGone
+
+    def close(self) -> None:
+        """Stop listening (the call is over)."""
+        self._task.cancel()
