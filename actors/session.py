@@ -269,7 +269,7 @@ class SessionActor(GovernedActor):
         if isinstance(error, StoreError):
             # The state folded what was never written: start again from the log.
             logger.error("session {}: append failed: {}", done.session_id, error)
-            raise ActorCrash(f"append failed: {error}")
+            raise ActorCrash(f"append failed: {error}") from error
 
     def _drop_start(self, done: _Appended) -> bool:
         """The session's stream exists after all: append the same events minus the start.

@@ -8,6 +8,13 @@ that look the child up through :meth:`Supervisor.ref` reach the new instance, an
 that were queued on the dead one time out into ``ActorUnavailable`` rather than hang.
 A child that fails more than ``max_restarts`` times within ``window_s`` is given up on and
 reported: the daemon then answers 503 for what needs it, instead of flapping forever.
+Except when the cause is the event log being unwritable (a full disk, a lock held too
+long): that is the machine's state, not a bug, and giving up would keep the daemon down
+after space returns; such a child is restarted for as long as it takes, at most every
+``max_backoff_s``. :meth:`Supervisor.why_down` says why a child is not running.
+
+A child whose first start fails raises that failure from :meth:`Supervisor.start` (a
+``StoreUnavailable`` for a full disk, say), never pykka's bare ``ActorDeadError``.
 """
 
 import threading
@@ -19,6 +26,8 @@ from typing import Any, NamedTuple
 import pykka
 from loguru import logger
 from sessionwarden.actors.bridge import Ping
+from sessionwarden.actors.errors import ActorUnavailable
+from sessionwarden.store.errors import StoreBusy, StoreUnavailable
 
 __all__ = ["ActorSpec", "Supervisor"]
 
@@ -42,6 +51,7 @@ class Supervisor:
         max_restarts: int = 5,
         window_s: float = 60.0,
         backoff_s: float = 0.05,
+        max_backoff_s: float = 2.0,
         start_timeout_s: float = 30.0,
     ) -> None:
         """Describe the children; nothing starts before :meth:`start`."""
@@ -56,7 +66,10 @@ class Supervisor:
         self._max_restarts = max_restarts
         self._window_s = window_s
         self._backoff_s = backoff_s
+        self._max_backoff_s = max_backoff_s
         self._start_timeout_s = start_timeout_s
+        self._unwritable: dict[str, int] = dict.fromkeys(self._order, 0)
+        self._down: dict[str, str] = {}
         self.restarts: dict[str, int] = dict.fromkeys(self._order, 0)
         self.given_up: set[str] = set()
 
@@ -67,10 +80,28 @@ class Supervisor:
 
     def _start(self, name: str) -> None:
         spec = self._specs[name]
-        ref = spec.start(lambda exc: self._failed(name, exc))
-        # pykka runs on_start in the actor's thread; a failed recovery stops the actor,
-        # which this ping turns into an exception here instead of a silent dead ref.
-        ref.ask(Ping(), timeout=self._start_timeout_s)
+        starting = True
+        start_failure: list[BaseException] = []
+
+        def on_failure(exc: BaseException) -> None:
+            # A failure of on_start is this start's to raise, not one to restart from.
+            if starting:
+                start_failure.append(exc)
+            else:
+                self._failed(name, exc)
+
+        ref = spec.start(on_failure)
+        # pykka runs on_start in the actor's thread and reports its failure before it
+        # stops the actor, so when this ping fails the cause is already known.
+        try:
+            ref.ask(Ping(), timeout=self._start_timeout_s)
+        except (pykka.ActorDeadError, pykka.Timeout):
+            cause = start_failure[0] if start_failure else None
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise ActorUnavailable(f"actor {name} did not start") from None
+        finally:
+            starting = False
         with self._lock:
             if not self._stopping.is_set():
                 self._refs[name] = ref
@@ -86,9 +117,15 @@ class Supervisor:
         """The children, in start order."""
         return list(self._order)
 
+    def why_down(self, name: str) -> str | None:
+        """Why child ``name`` is not running (its last failure), or None if it is."""
+        return self._down.get(name)
+
     def _failed(self, name: str, exc: BaseException) -> None:
         if self._stopping.is_set():
             return
+        self._down[name] = str(exc)
+        self._unwritable[name] = self._unwritable[name] + 1 if _unwritable(exc) else 0
         logger.error("actor {} failed: {}: {}; restarting", name, type(exc).__name__, exc)
         thread = threading.Thread(
             target=self._restart, args=(name,), name=f"sw-restart-{name}", daemon=True
@@ -99,26 +136,34 @@ class Supervisor:
 
     def _restart(self, name: str) -> None:
         now = time.monotonic()
+        unwritable = self._unwritable[name]
         with self._lock:
             failures = self._failures[name]
-            failures.append(now)
+            if not unwritable:
+                failures.append(now)
             while failures and now - failures[0] > self._window_s:
                 failures.popleft()
             attempts = len(failures)
-        if attempts > self._max_restarts:
+        if unwritable:
+            delay = min(self._backoff_s * 2 ** min(unwritable - 1, 16), self._max_backoff_s)
+            if self._stopping.wait(delay):
+                return
+        elif attempts > self._max_restarts:
             self.given_up.add(name)
             logger.critical(
                 "actor {} failed {} times in {:.0f} s; not restarting it", name, attempts,
                 self._window_s,
             )
             return
-        if self._stopping.wait(self._backoff_s * 2 ** (attempts - 1)):
+        elif self._stopping.wait(self._backoff_s * 2 ** (attempts - 1)):
             return  # stop() came during the backoff
         try:
             self._start(name)
         except Exception as exc:
             self._failed(name, exc)
             return
+        self._unwritable[name] = 0
+        self._down.pop(name, None)
         self.restarts[name] += 1
         logger.info("actor {} restarted (state recovered from the log)", name)
 
@@ -144,3 +189,12 @@ class Supervisor:
                 pass
             except pykka.Timeout:
                 logger.warning("actor {} did not stop within {:.0f} s", name, timeout)
+
+
+def _unwritable(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is the log being unwritable, not a bug."""
+    while exc is not None:
+        if isinstance(exc, StoreUnavailable | StoreBusy):
+            return True
+        exc = exc.__cause__
+    return False

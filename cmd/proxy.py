@@ -103,10 +103,15 @@ async def chat_completions(
         verdict = await admit(rt, call_request)
     except (ActorUnavailable, StoreError) as exc:
         _return_lease(rt, call, leasing)
-        logger.warning("call {}: not admitted: {}", call.call_id, exc)
+        # A shard restarting after a failed append says why it failed (a full disk,
+        # say), which is what the client can act on; "not running" is not.
+        reason = (rt.why_session_down(session_id) if isinstance(exc, ActorUnavailable)
+                  else None) or str(exc)
+        logger.warning("call {}: not admitted: {}", call.call_id, reason)
         await send_error(send, 503, "sessionwarden cannot record calls right now "
-                         f"({_short(str(exc), 120)}); nothing was sent upstream",
-                         kind="server_error", code="unavailable")
+                         f"({_short(reason, 160)}); nothing was sent upstream",
+                         kind="server_error", code="unavailable",
+                         headers=[(b"retry-after", b"1")])
         return
     if isinstance(verdict, AdmissionRefused):
         _return_lease(rt, call, leasing)

@@ -166,6 +166,10 @@ class Runtime:
         """The shard that owns ``session_id``."""
         return self.supervisor.ref(f"session-{session_shard(session_id, self.shards)}")
 
+    def why_session_down(self, session_id: str) -> str | None:
+        """Why the shard of ``session_id`` is not running (its last failure), if it is not."""
+        return self.supervisor.why_down(f"session-{session_shard(session_id, self.shards)}")
+
     def ref(self, name: str) -> "pykka.ActorRef[Any]":
         """The current instance of actor ``name``."""
         return self.supervisor.ref(name)

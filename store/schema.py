@@ -203,7 +203,14 @@ def presize_wal(conn: apsw.Connection) -> None:
             conn.execute("CREATE TABLE sw_presize (b BLOB)")
             conn.execute("INSERT INTO sw_presize VALUES (zeroblob(?))", (pages * page_size,))
         finally:
-            conn.execute("ROLLBACK")
+            # SQLite rolls back by itself after SQLITE_FULL: a second ROLLBACK would
+            # raise "no transaction is active" and hide the real error.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+    except apsw.FullError:
+        # A head start, not a need: on a full disk the log opens without it, and what
+        # cannot be written then fails where it is written, as "the disk is full".
+        pass
     finally:
         conn.execute(f"PRAGMA cache_size = {cache}")
 
