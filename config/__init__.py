@@ -8,6 +8,8 @@ error and the redactor. ``cmd/`` finds and reads the file (``--config``,
 from sessionwarden.config.errors import ConfigError, UnknownModel
 from sessionwarden.config.model import (
     API_MODES,
+    SIM_BASE_URL,
+    SIM_PROVIDER,
     STRATEGIES,
     ApiMode,
     Billing,
@@ -30,6 +32,8 @@ from sessionwarden.config.parse import ZERO_CONFIG_PROVIDERS, parse_config, zero
 
 __all__ = [
     "API_MODES",
+    "SIM_BASE_URL",
+    "SIM_PROVIDER",
     "STRATEGIES",
     "ZERO_CONFIG_PROVIDERS",
     "ApiMode",
