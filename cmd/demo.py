@@ -111,7 +111,8 @@ def _plain(demo: Demo) -> str:
     answer = demo.chat(model="sim/chat", messages=demo.messages)
     text = answer["choices"][0]["message"]["content"]
     demo.messages.append({"role": "assistant", "content": text})
-    return f"sim/chat answered {len(text)} characters ({_tokens(answer['usage'])})"
+    quoted = text if len(text) <= 70 else text[:67] + "..."
+    return f"sim/chat answered {quoted!r} ({_tokens(answer['usage'])})"
 
 
 def _streamed(demo: Demo) -> str:

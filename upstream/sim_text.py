@@ -24,7 +24,18 @@ _WORDS = (
     "done", "far", "including", "files", "it", "read", "tests", "ran", "plan", "follows",
     "until", "task", "complete",
 )
-_MAX_PIECES = 60
+#: What a text answer says, a few of these in a seeded order: true things about the sim.
+_SENTENCES = (
+    "This answer comes from the offline simulated provider, not from a model.",
+    "Nothing left this machine and no key was used.",
+    "The usage block is an estimate of about four characters a token.",
+    "The daemon recorded this call in its event log, with that usage.",
+    "The same messages always get the same answer, streamed or not.",
+    "Name the model sim/agent and offer tools to see a tool call.",
+    "Run sessionwarden status to see this session and its calls.",
+    "Set a provider key to talk to a real model instead.",
+)
+_MAX_PIECES = 80
 
 
 class Turn(msgspec.Struct, frozen=True):
@@ -139,9 +150,9 @@ def _limit(request: Mapping[str, Any]) -> int | None:
 
 
 def _text(request: Mapping[str, Any], opening: str, rng: random.Random) -> Turn:
-    words = opening.split() + [rng.choice(_WORDS) for _ in range(rng.randint(8, 40))]
+    said = rng.sample(_SENTENCES, rng.randint(2, 4))
+    words = (opening + " " + " ".join(said)).split()
     pieces = [words[0]] + [" " + w for w in words[1:]]
-    pieces[-1] += "."
     pieces = pieces[:_MAX_PIECES]
     limit = _limit(request)
     if limit is not None and limit < len(pieces):
@@ -161,8 +172,9 @@ def plan_turn(request: Mapping[str, Any], model: str, seed: bytes) -> Turn:
         if function is not None and calls < rounds:
             return _tool_call(function, rng)
     if results:
-        opening = f"(sim) Done: {results} tool result{'s' if results > 1 else ''} read, and"
+        opening = f"(sim) Read {results} tool result{'s' if results > 1 else ''}."
     else:
-        asked = " ".join(_last_user_text(messages).split()[:6])
-        opening = f"(sim) You asked: {asked!r}; in short," if asked else "(sim) In short,"
+        words = _last_user_text(messages).split()
+        asked = " ".join(words[:8]) + (" ..." if len(words) > 8 else "")
+        opening = f"(sim) You asked: {asked!r}." if asked else "(sim)"
     return _text(request, opening, rng)
