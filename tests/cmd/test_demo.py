@@ -11,7 +11,13 @@ from pathlib import Path
 
 from sessionwarden.cmd.demo import STEPS
 
-from tests.cmd.daemon_fixtures import clean_env, ledger_rows, query_db, sessionwarden_cmd
+from tests.cmd.daemon_fixtures import (
+    DaemonFactory,
+    clean_env,
+    ledger_rows,
+    query_db,
+    sessionwarden_cmd,
+)
 
 _LOG = re.compile(r"^the demo's log: (\S+) ", re.MULTILINE)
 
@@ -67,3 +73,16 @@ def test_the_demo_writes_to_the_log_db_names(tmp_path: Path) -> None:
     assert not (tmp_path / "xdg").exists() and list((tmp_path / "tmp").iterdir()) == []
     # the daemon ran with the user's environment: its key is in that log's pool
     assert query_db(db, "SELECT provider FROM view_credentials") == [("openai",)]
+
+
+def test_a_demo_whose_daemon_cannot_start_says_why_in_one_line(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    running = daemon_factory().start()  # holds the log's instance lock
+    result = subprocess.run([*sessionwarden_cmd(), "demo", "--db", str(running.db)],
+                            env=running.env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("sessionwarden: the demo's daemon exited 74 at start: ")
+    assert "Traceback" not in result.stdout + result.stderr
+    assert running.ledger() == {}  # the running daemon's log got nothing
