@@ -10,7 +10,8 @@ the actor's start (and the daemon's) instead of being lost.
 Leases are memory only: which key served a call is recorded in the call's completion,
 and the number of leases in flight restarts at zero with the process (no call of the
 previous process is still in flight). Strategies are the domain's
-(``sessionwarden.domain.pool``).
+(``sessionwarden.domain.pool``). A simulated provider (the built-in ``sim``) is keyless:
+every lease of it is granted, with no secret and no fingerprint.
 """
 
 import random
@@ -53,6 +54,7 @@ class CredentialPoolActor(GovernedActor):
         self._environ = dict(environ)
         self._rng = rng or random.Random()
         self._pools: dict[str, Pool] = {}
+        self._keyless = {p.name for p in self._providers if p.simulated}
 
     def load(self) -> dict[str, dict[str, tuple[str, int]]]:
         """The one loader: recorded active keys, ``{provider: {fingerprint: (ref, calls)}}``."""
@@ -117,6 +119,8 @@ class CredentialPoolActor(GovernedActor):
     def handle(self, message: object, reply: Reply) -> object:
         """Dispatch Lease and Release."""
         if isinstance(message, Lease):
+            if message.provider in self._keyless:
+                return Leased(message.provider, "", "")
             pool = self._pools.get(message.provider)
             if pool is None or not pool.keys:
                 raise NoCredential(f"provider {message.provider!r} has no usable key")

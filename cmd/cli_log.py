@@ -1,7 +1,8 @@
-"""CLI commands that read and audit the log: ``events``, ``replay`` and ``demo``.
+"""CLI commands that read and audit the log: ``events`` and ``replay``; and ``demo``.
 
-Each opens the database read-only (except ``demo``, which appends) and never blocks a
-live daemon: reads are short transactions on a WAL database.
+``events`` and ``replay`` open the database read-only and never block a live daemon:
+reads are short transactions on a WAL database. ``demo`` (``cmd/demo.py``, imported when
+it runs: it starts a daemon) plays a scripted session through a real daemon.
 
 ``events`` matching nothing is not an error (exit 0): the text output says so on stderr,
 so a pipe sees no lines, and ``--json`` prints no lines.
@@ -10,15 +11,13 @@ so a pipe sees no lines, and ``--json`` prints no lines.
 import argparse
 import itertools
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from sessionwarden.cmd.wiring import default_projections
-from sessionwarden.events import CODEC, CredentialAdded, SessionStarted
-from sessionwarden.store import NO_STREAM, EventLog, NewEvent, RecordedEvent, StreamAppend, replay
+from sessionwarden.store import EventLog, RecordedEvent, replay
 
 __all__ = ["REPLAY_EXIT_CODES", "add_log_commands"]
 
@@ -63,8 +62,9 @@ def add_log_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(run=run_replay)
 
-    p = sub.add_parser("demo", help="append a short demo session to the log, then verify it")
-    p.set_defaults(run=run_demo)
+    p = sub.add_parser("demo", help="play a scripted session through a real daemon against "
+                       "the offline provider sim (a fresh log unless --db)")
+    p.set_defaults(run=_run_demo)
 
 
 def _data(event: RecordedEvent) -> Any:
@@ -130,26 +130,7 @@ def run_replay(args: argparse.Namespace, db: Path) -> int:
     return REPLAY_EXIT_CODES.get(report.kind or "", 1)
 
 
-def run_demo(args: argparse.Namespace, db: Path) -> int:
-    """Append a short session's worth of events, then verify the whole log."""
-    session = f"demo-{uuid.uuid4().hex[:8]}"
-    started = CODEC.encode(SessionStarted(model="demo/gpt-4.1-mini", client="sessionwarden demo"))
-    key = CODEC.encode(
-        CredentialAdded(provider="demo", ref="env:DEMO_KEY", fingerprint="fp:000000000000")
-    )
-    with EventLog(db, projections=default_projections()) as log:
-        results = log.append_batch(
-            [
-                StreamAppend(
-                    f"session-{session}",
-                    (NewEvent(started.type, started.data, started.schema_version),),
-                    NO_STREAM,
-                ),
-                StreamAppend(
-                    "credentials-demo", (NewEvent(key.type, key.data, key.schema_version),)
-                ),
-            ]
-        )
-    print(f"appended events {results[0].first_seq}..{results[-1].last_seq} to {db}")
-    args.verify, args.json = True, False
-    return run_replay(args, db)
+def _run_demo(args: argparse.Namespace, db: Path) -> int:
+    from sessionwarden.cmd.demo import run_demo
+
+    return run_demo(args, db)

@@ -131,9 +131,10 @@ def run_daemon(args: argparse.Namespace, db: Path) -> int:
                 proxy_headers=False,
                 http=bounded_head_protocol(config.daemon.max_header_kib << 10),
             ))
-            if not config.providers:
-                logger.warning("no providers configured: set OPENAI_API_KEY, ANTHROPIC_API_KEY "
-                               "or OPENROUTER_API_KEY, or pass --config")
+            if all(p.simulated for p in config.usable_providers):
+                logger.warning("no real providers configured, only the offline simulated "
+                               "one (models sim/<name>): set OPENAI_API_KEY, "
+                               "ANTHROPIC_API_KEY or OPENROUTER_API_KEY, or pass --config")
             if remote:
                 logger.warning("listening on non-loopback {}: anyone who can reach it and "
                                "holds the token can spend your keys", host)

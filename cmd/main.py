@@ -37,7 +37,10 @@ EXIT_CORRUPT = 65
 EXIT_CONFIG = 78
 
 #: The commands that may create the log, and so the default state directory.
-_WRITING_COMMANDS = frozenset({"daemon", "demo"})
+_WRITING_COMMANDS = frozenset({"daemon"})
+#: The commands that make a log of their own unless ``--db`` names one (not
+#: ``$SESSIONWARDEN_DB``: a demo must not write into the log a user exported).
+_OWN_LOG_COMMANDS = frozenset({"demo"})
 
 
 class Parser(argparse.ArgumentParser):
@@ -106,6 +109,8 @@ def database(args: argparse.Namespace, environ: dict[str, str]) -> Path:
         StoreUnavailable: a chosen path's directory is missing or not a directory, or the
             default state directory cannot be created.
     """
+    if args.command in _OWN_LOG_COMMANDS and args.db is None:
+        return default_db_path(environ)  # not opened: the command makes its own log
     chosen = args.db is not None or bool(environ.get("SESSIONWARDEN_DB"))
     db: Path = args.db or default_db_path(environ)
     directory = db.parent

@@ -42,7 +42,7 @@ from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.chat_completions import ChatCompletions, ChatStream
-from sessionwarden.upstream.client import DROP_DOWN, forwarded_headers
+from sessionwarden.upstream.client import DROP_DOWN, UpstreamResponse, forwarded_headers
 from sessionwarden.upstream.errors import EventTooLarge, MalformedRequest
 
 __all__ = ["IMPLICIT_SESSION", "chat_completions"]
@@ -185,7 +185,7 @@ async def _forward(
 
 
 async def _relay_plain(
-    rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, response: aiohttp.ClientResponse,
+    rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, response: UpstreamResponse,
     client: ClientWatch, send: ASGISend,
 ) -> None:
     try:
@@ -229,7 +229,7 @@ async def _relay_plain(
 
 
 async def _relay_stream(
-    rt: Runtime, call: ProxiedCall, reader: ChatStream, response: aiohttp.ClientResponse,
+    rt: Runtime, call: ProxiedCall, reader: ChatStream, response: UpstreamResponse,
     client: ClientWatch, send: ASGISend,
 ) -> None:
     disconnected = asyncio.Event()
@@ -308,7 +308,7 @@ async def _relay_stream(
 
 
 async def _start(
-    send: ASGISend, status: int, response: aiohttp.ClientResponse, call: ProxiedCall,
+    send: ASGISend, status: int, response: UpstreamResponse, call: ProxiedCall,
     length: int | None,
 ) -> None:
     # Header values are scrubbed with the patterns too: no header of an answer has a

@@ -30,6 +30,7 @@ from sessionwarden.cmd.http import (
 )
 from sessionwarden.cmd.proxy import chat_completions
 from sessionwarden.cmd.runtime import Runtime
+from sessionwarden.upstream.sim import SIM_MODELS
 
 __all__ = ["LOOPBACK_NAMES", "DaemonApp", "host_name"]
 
@@ -150,5 +151,10 @@ class DaemonApp:
             {"id": m.name, "object": "model", "owned_by": m.provider,
              "context_length": m.context_length}
             for m in config.models
+        ]
+        data += [  # the simulated provider's named models (any sim/<name> is accepted)
+            {"id": f"{p.name}/{name}", "object": "model", "owned_by": p.name,
+             "context_length": None}
+            for p in config.usable_providers if p.simulated for name in SIM_MODELS
         ]
         return {"object": "list", "data": data}

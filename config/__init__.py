@@ -9,6 +9,8 @@ from sessionwarden.config.errors import ConfigError, UnknownModel
 from sessionwarden.config.model import (
     API_MODES,
     MAX_MODEL_NAME,
+    SIM_BASE_URL,
+    SIM_PROVIDER,
     STRATEGIES,
     ApiMode,
     Billing,
@@ -32,6 +34,8 @@ from sessionwarden.config.parse import ZERO_CONFIG_PROVIDERS, parse_config, zero
 __all__ = [
     "API_MODES",
     "MAX_MODEL_NAME",
+    "SIM_BASE_URL",
+    "SIM_PROVIDER",
     "STRATEGIES",
     "ZERO_CONFIG_PROVIDERS",
     "ApiMode",

@@ -22,6 +22,8 @@ from sessionwarden.config.errors import ConfigError, UnknownModel
 
 __all__ = [
     "API_MODES",
+    "SIM_BASE_URL",
+    "SIM_PROVIDER",
     "STRATEGIES",
     "ApiMode",
     "Billing",
@@ -132,6 +134,8 @@ class ProviderConfig(_Section, frozen=True):
     hold no more, and never a healthy provider's); a call that finds it full waits at
     most ``connect_timeout_s``. ``read_timeout_s`` bounds the wait for the next bytes of
     an answer (the first ones included: a reasoning model may think for minutes).
+    A provider whose ``base_url`` is :data:`SIM_BASE_URL` is *simulated*: its calls are
+    answered inside the daemon (``sessionwarden.upstream.sim``) and need no key.
     """
 
     name: str
@@ -167,6 +171,19 @@ class ProviderConfig(_Section, frozen=True):
             if ref in seen:
                 raise InvalidField(where, f"duplicate of keys[{seen[ref]}]")
             seen[ref] = index
+
+    @property
+    def simulated(self) -> bool:
+        """True for the offline simulated provider (answered in-process, keyless)."""
+        return self.base_url == SIM_BASE_URL
+
+
+#: The simulated provider's address: the ``.invalid`` top-level domain never resolves
+#: (RFC 2606), so nothing could leave the machine even if a request were sent to it.
+SIM_BASE_URL = "http://sim.invalid/v1"
+#: The built-in offline provider ``sim``: always there unless a provider named ``sim`` is
+#: configured, which replaces it.
+SIM_PROVIDER = ProviderConfig(name="sim", base_url=SIM_BASE_URL, billing="included")
 
 
 class ModelConfig(_Section, frozen=True):
@@ -252,6 +269,7 @@ class Config(_Section, frozen=True):
             if name in names[:index]:
                 first = names.index(name)
                 raise InvalidField(f"providers[{index}].name", f"duplicate of providers[{first}]")
+        names = [p.name for p in self.usable_providers]
         models = [m.name for m in self.models]
         for index, model in enumerate(self.models):
             if model.name in models[:index]:
@@ -270,9 +288,16 @@ class Config(_Section, frozen=True):
                 'expected "<provider>/<model>" with a configured provider, or a [[models]] name',
             )
 
+    @property
+    def usable_providers(self) -> tuple[ProviderConfig, ...]:
+        """The configured providers, then the built-in ``sim`` unless one is called so."""
+        if any(p.name == SIM_PROVIDER.name for p in self.providers):
+            return self.providers
+        return (*self.providers, SIM_PROVIDER)
+
     def provider(self, name: str) -> ProviderConfig | None:
-        """The provider called ``name``, or None."""
-        return next((p for p in self.providers if p.name == name), None)
+        """The provider called ``name`` (the built-in ``sim`` included), or None."""
+        return next((p for p in self.usable_providers if p.name == name), None)
 
     def model(self, name: str) -> ModelConfig | None:
         """The ``[[models]]`` entry called ``name``, or None."""
@@ -302,7 +327,7 @@ def find_model(config: Config, name: str) -> tuple[ProviderConfig, str]:
     resolved = _resolve(config, name)
     if resolved is None:
         known = tuple(m.name for m in config.models)
-        known += tuple(f"{p.name}/<model>" for p in config.providers)
+        known += tuple(f"{p.name}/<model>" for p in config.usable_providers)
         raise UnknownModel(name, known)
     return resolved
 

@@ -7,18 +7,27 @@ own connections, never a healthy provider's. Bodies are relayed as they come
 (``Accept-Encoding: identity``; an upstream that compresses anyway is decoded, so the
 client always gets a readable body), redirects are never followed.
 
+A simulated provider (``ProviderConfig.simulated``, the built-in ``sim``) is answered in
+the process by ``sessionwarden.upstream.sim``: no socket, no key. Both kinds of answer
+satisfy :class:`UpstreamResponse`, the little the proxy reads of a response.
+
 Headers: what the client sent is forwarded upstream minus ours (auth, session), hop-by-hop
 headers and those describing a body we re-encode; the key goes in the adapter's auth
 header. What the upstream answered is relayed minus hop-by-hop headers and the ones the
 daemon sets itself.
 """
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
 
 import aiohttp
 from sessionwarden.config import ProviderConfig
+from sessionwarden.upstream.sim import simulate
 
-__all__ = ["DROP_DOWN", "DROP_UP", "UpstreamClient", "forwarded_headers"]
+__all__ = [
+    "DROP_DOWN", "DROP_UP", "ResponseBody", "UpstreamClient", "UpstreamResponse",
+    "forwarded_headers",
+]
 
 #: Never forwarded upstream: ours (auth, session), hop-by-hop, or recomputed by the client.
 DROP_UP = frozenset({
@@ -43,6 +52,45 @@ def forwarded_headers(client: Mapping[str, str], auth: Mapping[str, str]) -> dic
     out["content-type"] = "application/json"
     out["accept-encoding"] = "identity"
     return out
+
+
+class ResponseBody(Protocol):
+    """A response body read as it arrives."""
+
+    def iter_any(self) -> AsyncIterator[bytes]:
+        """The body's bytes, chunk by chunk as they come."""
+        ...
+
+
+class UpstreamResponse(Protocol):
+    """What the proxy reads of an upstream's answer: aiohttp's, or the simulator's."""
+
+    @property
+    def status(self) -> int:
+        """The HTTP status."""
+        ...
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The response headers (case-insensitive for aiohttp's)."""
+        ...
+
+    @property
+    def content(self) -> ResponseBody:
+        """The body, for streaming."""
+        ...
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        ...
+
+    def release(self) -> Any:
+        """Give the connection back (once the body is read or abandoned)."""
+        ...
+
+    def close(self) -> Any:
+        """Drop the connection (a body left unread cannot go back to the pool)."""
+        ...
 
 
 class UpstreamClient:
@@ -76,8 +124,13 @@ class UpstreamClient:
         return session
 
     async def post(self, provider: ProviderConfig, path: str, body: bytes,
-                   headers: Mapping[str, str]) -> aiohttp.ClientResponse:
-        """POST ``body`` to the provider's ``base_url`` + ``path``; redirects not followed."""
+                   headers: Mapping[str, str]) -> UpstreamResponse:
+        """POST ``body`` to the provider's ``base_url`` + ``path``; redirects not followed.
+
+        A simulated provider answers in the process; its headers are ignored.
+        """
+        if provider.simulated:
+            return simulate(path, body)
         return await self.session(provider).post(
             provider.base_url.rstrip("/") + path, data=body, headers=dict(headers),
             allow_redirects=False,

@@ -14,7 +14,7 @@ from sessionwarden.actors.bridge import Ping, ask_blocking
 from sessionwarden.actors.credentials import CredentialPoolActor, credentials_stream
 from sessionwarden.actors.messages import Lease, Leased, Release
 from sessionwarden.cmd.wiring import default_projections
-from sessionwarden.config import ProviderConfig, parse_config
+from sessionwarden.config import SIM_PROVIDER, ProviderConfig, parse_config
 from sessionwarden.domain.errors import NoCredential
 from sessionwarden.domain.pool import KeyState
 from sessionwarden.events import CODEC, CredentialAdded, CredentialRemoved
@@ -283,3 +283,18 @@ def test_the_secret_never_reaches_the_log_or_a_repr(pool: Pool) -> None:
         secret = pool.environ[variable].encode()
         assert secret not in blob  # ... the secret never
         assert secret[8:] not in blob
+
+
+def test_the_simulated_provider_is_keyless_and_records_no_key(pool: Pool) -> None:
+    # A provider called sim but configured with a real address is an ordinary one.
+    (ordinary,) = providers(("sim", [], "fill_first", 4))
+    ref = pool.start((SIM_PROVIDER, *providers(("p1", ["TEST_KEY_1"], "fill_first", 4))))
+    leases = [ask_blocking(ref, Lease("sim", f"c{i}")) for i in range(3)]
+    assert {(x.provider, x.fingerprint, x.secret) for x in leases} == {("sim", "", "")}
+    ref.tell(Release("sim", ""))
+    pool.settle(ref)
+    assert pool.events("sim") == [] and pool.view("sim") == {}
+    ref.stop()
+    ref = pool.start((ordinary,))
+    with pytest.raises(NoCredential, match="'sim' has no usable key"):
+        ask_blocking(ref, Lease("sim", "c9"))

@@ -1,0 +1,251 @@
+"""``sessionwarden demo``: a scripted agent session through a real daemon, offline.
+
+The demo starts ``sessionwarden daemon`` as a subprocess (127.0.0.1, port 0, a token of
+its own) and plays :data:`STEPS` against the built-in simulated provider ``sim`` over
+plain HTTP (the standard library's client: the demo needs no SDK), then stops the daemon
+and prints ``status`` and ``usage`` of the log it wrote.
+
+Which log: without ``--db``, a fresh one in a new temporary directory, which is kept
+(its path is printed, to explore with ``events``, ``replay --verify``…) and left to the
+system's temporary-file cleanup; the daemon then runs with no configuration and no
+provider keys, so nothing of the user's setup enters it. ``$SESSIONWARDEN_DB`` is
+ignored: only ``--db`` names a log to write to, and then the daemon runs with the
+user's configuration and environment, as theirs would on that log (its keys are not
+reconciled away).
+
+Adding a step is one entry in :data:`STEPS`: a title and a function of the
+:class:`Demo` that makes its calls and returns a one-line summary.
+"""
+
+import argparse
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from sessionwarden.cmd.errors import CommandError
+
+__all__ = ["STEPS", "Demo", "Step", "run_demo"]
+
+_LISTENING = re.compile(r"sessionwarden listening on (http://\S+)/v1")
+_START_TIMEOUT_S = 30.0
+_KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY")
+_TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file of the project.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                   "required": ["path"]}}}]
+
+
+@dataclass
+class Demo:
+    """The daemon being demonstrated, the demo's session, and what earlier steps left."""
+
+    base_url: str
+    token: str
+    session: str = field(default_factory=lambda: f"demo-{secrets.token_hex(4)}")
+    #: The conversation so far (steps that continue it append to it).
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def _request(self, path: str, body: object = None) -> urllib.request.Request:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"authorization": f"Bearer {self.token}", "x-session-id": self.session,
+                   "content-type": "application/json"}
+        return urllib.request.Request(self.base_url + path, data=data, headers=headers)
+
+    def _open(self, request: urllib.request.Request) -> IO[bytes]:
+        # No proxy: the daemon is on loopback, and an HTTP(S)_PROXY must not see the token.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            response: IO[bytes] = opener.open(request, timeout=30)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:200]
+            raise CommandError(f"the daemon answered {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise CommandError(f"cannot reach the demo's daemon: {exc}") from None
+        return response
+
+    def get(self, path: str) -> Any:
+        """GET ``/v1`` + ``path``, decoded."""
+        with self._open(self._request(path)) as response:
+            return json.load(response)
+
+    def chat(self, **body: Any) -> Any:
+        """A plain chat completion, decoded."""
+        with self._open(self._request("/chat/completions", body)) as response:
+            return json.load(response)
+
+    def stream(self, **body: Any) -> Iterator[Any]:
+        """A streamed chat completion: each event's decoded data, up to ``[DONE]``."""
+        body["stream"] = True
+        with self._open(self._request("/chat/completions", body)) as response:
+            for line in response:
+                data = line.decode().strip().removeprefix("data:").strip()
+                if data == "[DONE]":
+                    return
+                if line.startswith(b"data:"):
+                    yield json.loads(data)
+
+
+def _tokens(usage: Any) -> str:
+    return f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens"
+
+
+def _models(demo: Demo) -> str:
+    names = [m["id"] for m in demo.get("/models")["data"]]
+    return "GET /v1/models lists " + ", ".join(names)
+
+
+def _plain(demo: Demo) -> str:
+    demo.messages.append({"role": "user", "content": "What does sessionwarden record?"})
+    answer = demo.chat(model="sim/chat", messages=demo.messages)
+    text = answer["choices"][0]["message"]["content"]
+    demo.messages.append({"role": "assistant", "content": text})
+    quoted = text if len(text) <= 70 else text[:67] + "..."
+    return f"sim/chat answered {quoted!r} ({_tokens(answer['usage'])})"
+
+
+def _streamed(demo: Demo) -> str:
+    demo.messages.append({"role": "user", "content": "Say it again, streamed."})
+    chunks = list(demo.stream(model="sim/chat", messages=demo.messages,
+                              stream_options={"include_usage": True}))
+    text = "".join(c["choices"][0]["delta"].get("content") or ""
+                   for c in chunks if c["choices"])
+    demo.messages.append({"role": "assistant", "content": text})
+    return f"{len(chunks)} chunks, {len(text)} characters ({_tokens(chunks[-1]['usage'])})"
+
+
+def _tool_call(demo: Demo) -> str:
+    demo.messages.append({"role": "user", "content": "Read the README and summarise it."})
+    answer = demo.chat(model="sim/agent", messages=demo.messages, tools=_TOOLS)
+    message = answer["choices"][0]["message"]
+    demo.messages.append(message)
+    calls = message["tool_calls"]
+    for call in calls:  # the "agent" runs its tool
+        demo.messages.append({"role": "tool", "tool_call_id": call["id"],
+                              "content": "sessionwarden: a local daemon that governs ..."})
+    shown = ", ".join(f"{c['function']['name']}({c['function']['arguments']})" for c in calls)
+    return f"sim/agent called {shown} ({_tokens(answer['usage'])})"
+
+
+def _tool_answer(demo: Demo) -> str:
+    answer = demo.chat(model="sim/agent", messages=demo.messages, tools=_TOOLS)
+    choice = answer["choices"][0]
+    return (f"after the tool result: {choice['finish_reason']}, "
+            f"{len(choice['message']['content'])} characters ({_tokens(answer['usage'])})")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the demo: what it shows, and the calls that show it."""
+
+    title: str
+    run: Callable[[Demo], str]
+
+
+#: The script, in order. A later mechanism shows itself by adding its step here.
+STEPS: list[Step] = [
+    Step("the models a client may name", _models),
+    Step("a plain call", _plain),
+    Step("a streamed call", _streamed),
+    Step("an agent's tool call", _tool_call),
+    Step("the agent's final answer", _tool_answer),
+]
+
+
+class _Daemon:
+    """``sessionwarden daemon`` as a subprocess on ``db``; stopped by :meth:`stop`."""
+
+    def __init__(self, db: Path, environ: dict[str, str]) -> None:
+        self.token = secrets.token_urlsafe(24)
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
+        cmd = [sys.executable, "-m", "sessionwarden.cmd.main", "daemon", "--db", str(db),
+               "--port", "0"]
+        self.proc = subprocess.Popen(cmd, env=environ | {"SESSIONWARDEN_TOKEN": self.token},
+                                     stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def _last_line(self) -> str:
+        lines = [line for line in self.output().splitlines() if line.strip()]
+        return lines[-1] if lines else "(no output)"
+
+    def wait_listening(self) -> str:
+        """The daemon's base URL once it listens and is healthy."""
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            match = _LISTENING.search(self.output())
+            if match:
+                return match.group(1) + "/v1"
+            if self.proc.poll() is not None:
+                raise CommandError(f"the demo's daemon exited {self.proc.returncode} at "
+                                   f"start: {self._last_line()}")
+            time.sleep(0.05)
+        raise CommandError(f"the demo's daemon did not start in {_START_TIMEOUT_S:.0f} s")
+
+    def stop(self) -> int:
+        """SIGTERM, wait for the clean stop; SIGKILL if it lingers. Returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+        return self.proc.returncode
+
+
+def _environment(own_db: bool) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONWARDEN_")}
+    if own_db:  # the user's own log: their daemon's configuration, as it would run there
+        config = os.environ.get("SESSIONWARDEN_CONFIG")
+        return environ | ({"SESSIONWARDEN_CONFIG": config} if config else {})
+    return {k: v for k, v in environ.items() if k not in _KEY_VARIABLES}
+
+
+def run_demo(args: argparse.Namespace, db: Path) -> int:
+    """Play :data:`STEPS` through a daemon on a fresh log (or ``--db``); print the result."""
+    from sessionwarden.cmd.main import build_parser  # main imports this module's caller
+
+    own_db = args.db is not None
+    if not own_db:
+        db = Path(tempfile.mkdtemp(prefix="sessionwarden-demo-")) / "events.db"
+    print(f"sessionwarden demo: {len(STEPS)} steps through a real daemon, against the "
+          "offline simulated provider sim")
+    daemon = _Daemon(db, _environment(own_db))
+    try:
+        demo = Demo(daemon.wait_listening(), daemon.token)
+        print(f"daemon on {demo.base_url}, log {db}, session {demo.session}")
+        for number, step in enumerate(STEPS, 1):
+            try:
+                summary = step.run(demo)
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise CommandError(f"demo step {number} ({step.title}): unexpected answer "
+                                   f"({type(exc).__name__}: {exc})") from None
+            print(f"{number:>3}. {step.title}: {summary}")
+    finally:
+        code = daemon.stop()
+    if code != 0:
+        raise CommandError(f"the demo's daemon stopped with exit code {code}")
+    parser = build_parser()
+    for command in ("status", "usage"):
+        print(f"\n$ sessionwarden {command} --db {db}")
+        sub = parser.parse_args([command, "--db", str(db)])
+        sub.run(sub, db)
+    where = "it is yours" if own_db else "a temporary directory, kept for you to explore"
+    print(f"\nthe demo's log: {db} ({where}); try `sessionwarden events --db {db}`")
+    return 0
