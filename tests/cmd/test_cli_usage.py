@@ -178,7 +178,8 @@ def test_csv_shape(db, capsys):
     assert record["sources"] == "estimated: 1, missing: 1"
 
 
-def test_text_table_has_totals(db, capsys):
+def test_text_table_has_totals(db, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # every column (80 leaves some out: test_cli_tables)
     code, out, _ = run(capsys, "usage", "--db", str(db))
     lines = out.splitlines()
     assert code == 0 and lines[0].split()[:3] == ["SESSION", "REQUESTS", "INPUT"]
