@@ -12,15 +12,16 @@ and ``--csv`` stay exact (JSON escapes these characters losslessly, see
 
 :func:`render_table` lays a table out in the terminal's width (:func:`terminal_width`:
 ``$COLUMNS``, else the terminal's, else 80 when stdout is not a terminal). Columns have a
-priority: the most important ones are kept, and a column that does not fit is left out
-(the caller names them under the table); numbers and times are never cut, a long name is
-cut with an ellipsis rather than wrapped. The layout (display widths of wide characters,
-the ellipsis, alignment) is rich's, imported only when a table is printed so the CLI
-starts as fast as before for everything else.
+rank: they are kept most important first until one does not fit, which is left out with
+every one after it (:meth:`Table.text` names them under the table). Numbers and times are
+never cut; a long name is cut with an ellipsis rather than wrapped. The layout (display
+widths of wide characters, the ellipsis, alignment) is rich's, imported only when a table
+is printed so the CLI starts as fast as before for everything else.
 """
 
 import re
 import shutil
+import textwrap
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -97,19 +98,18 @@ class Column:
 
 @dataclass(frozen=True)
 class Table:
-    """A rendered table: its lines (no trailing blanks) and the headers left out."""
+    """A rendered table: its lines (no trailing blanks), its width, the headers left out."""
 
     lines: list[str]
+    width: int
     hidden: list[str]
 
     def text(self, width: int, *, rule_before_last: bool = False) -> str:
         """The table, with a rule above its last row if asked, and a note on what is hidden."""
         lines = list(self.lines)
         if rule_before_last and len(lines) > 2:
-            lines.insert(-1, "-" * max(len(line) for line in lines))
+            lines.insert(-1, "-" * self.width)
         if self.hidden:
-            import textwrap
-
             note = (f"(not shown at {width} columns: {', '.join(self.hidden)}; "
                     "a wider terminal or --json shows them)")
             lines += textwrap.wrap(note, width=max(width, 20))
@@ -125,10 +125,13 @@ def _fit(columns: Sequence[Column], natural: list[int], width: int) -> dict[int,
     chosen: list[int] = []
     used = -2
     for i in sorted(range(len(columns)), key=lambda i: columns[i].rank):
-        # The first column always shows; later ones only if they fit beside the others.
-        if not chosen or used + 2 + need[i] <= width:
-            chosen.append(i)
-            used += 2 + need[i]
+        # Strictly by rank: the first column always shows, and the first that does not
+        # fit ends the choice (a narrower, less important one never takes the room a
+        # more important name needs; the room left goes to the names cut so far).
+        if chosen and used + 2 + need[i] > width:
+            break
+        chosen.append(i)
+        used += 2 + need[i]
     widths = {i: need[i] for i in chosen}
     spare = width - used
     growing = [i for i in chosen if widths[i] < natural[i]]
@@ -170,4 +173,4 @@ def render_table(columns: Sequence[Column], rows: Sequence[Sequence[str]],
         console.print(table)
     lines = [line.rstrip() for line in captured.get().splitlines()]
     hidden = [c.header for i, c in enumerate(columns) if i not in widths]
-    return Table(lines, hidden)
+    return Table(lines, total, hidden)
