@@ -190,7 +190,7 @@ _USAGE_COLUMNS = (
     Column("INPUT", 2, right=True), Column("OUTPUT", 3, right=True),
     Column("CACHE_READ", 8, right=True), Column("CACHE_WRITE", 10, right=True),
     Column("REASONING", 9, right=True), Column("COST", 4, right=True), Column("STATUS", 5),
-    Column("FIRST", 11), Column("LAST", 7), Column("NOT_FROM_PROVIDER", 6, fixed=False),
+    Column("FIRST", 11), Column("LAST", 7), Column("NOT_FROM_PROVIDER", 6),
 )
 _STATUS_COLUMNS = (
     Column("SESSION", 0, fixed=False), Column("MODEL", 1, fixed=False),
