@@ -35,6 +35,7 @@ it into a short message instead of a traceback. The whole tree::
     └── sessionwarden.cmd.errors.CommandError        the CLI and the HTTP layer
         ├── UsageError
         ├── ListenError
+        ├── UnsafeFile
         └── BodyTooLarge
 
 ``tests/test_exports.py`` checks that this drawing names every error class there is.

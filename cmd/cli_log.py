@@ -4,6 +4,10 @@
 reads are short transactions on a WAL database. ``demo`` (``cmd/demo.py``, imported when
 it runs: it starts a daemon) plays a scripted session through a real daemon.
 
+Every string read from the log is escaped before it reaches a terminal
+(:func:`~sessionwarden.cmd.terminal.printable`; ``--json`` writes the characters a
+terminal would act on as ``\\uXXXX``, which decodes to the same values).
+
 ``events`` matching nothing is not an error (exit 0): the text output says so on stderr,
 so a pipe sees no lines, and ``--json`` prints no lines.
 """
@@ -16,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from sessionwarden.cmd.terminal import json_safe, printable
 from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.store import EventLog, RecordedEvent, replay
 
@@ -93,14 +98,13 @@ def run_events(args: argparse.Namespace, db: Path) -> int:
                     "seq": e.seq, "stream": e.stream, "version": e.version, "type": e.type,
                     "recorded_at": e.recorded_at, "data": _data(e),
                 }
-                out.write(_json.encode(record).decode() + "\n")
+                out.write(json_safe(_json.encode(record).decode()) + "\n")
             else:
                 body = e.data.decode(errors="replace")
                 if len(body) > 120:
                     body = body[:117] + "..."
-                out.write(
-                    f"{e.seq:>8}  {e.recorded_at}  {e.stream}@{e.version}  {e.type}  {body}\n"
-                )
+                line = f"{e.recorded_at}  {e.stream}@{e.version}  {e.type}  {body}"
+                out.write(f"{e.seq:>8}  {printable(line)}\n")
     if not printed and not args.json:
         filtered = args.stream or args.after or args.limit is not None
         print("no events recorded" + (" matching the filters" if filtered else ""),
@@ -113,7 +117,7 @@ def run_replay(args: argparse.Namespace, db: Path) -> int:
     report = replay(db, default_projections(), verify=args.verify)
     if args.json:
         fields = ("ok", "events", "first_bad_seq", "kind", "detail")
-        print(_json.encode({f: getattr(report, f) for f in fields}).decode())
+        print(json_safe(_json.encode({f: getattr(report, f) for f in fields}).decode()))
     elif report.ok:
         views = ", ".join(f"{t}: {n} rows" for t, n in report.views.items()) or "no views"
         what = "verified" if args.verify else "replayed"
@@ -122,7 +126,7 @@ def run_replay(args: argparse.Namespace, db: Path) -> int:
             print(f"head hash {report.head_hash}")
     else:
         where = f" at event {report.first_bad_seq}" if report.first_bad_seq else ""
-        print(f"FAILED: {report.kind}{where}: {report.detail}")
+        print(printable(f"FAILED: {report.kind}{where}: {report.detail}"))
         if report.first_bad_seq:
             print(f"events 1..{report.first_bad_seq - 1} are intact")
     if report.ok:

@@ -26,7 +26,7 @@ import argparse
 import csv
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -34,6 +34,7 @@ from typing import Any
 
 import apsw
 from sessionwarden.cmd.errors import CommandError, UsageError
+from sessionwarden.cmd.terminal import Column, render_table, terminal_width
 from sessionwarden.store import EventLog
 from sessionwarden.store.schema import translate
 
@@ -179,15 +180,29 @@ def _cost_text(group: Group) -> str:
     return "unknown" if group.cost is None else f"${group.cost}"
 
 
-def _table(headers: list[str], rows: list[list[str]], right: range) -> str:
-    """Align ``rows`` under ``headers``; columns in ``right`` (numbers) align right."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    lines = [
-        "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                  for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
-        for r in [headers, *rows]
-    ]
-    return "\n".join(lines)
+def _time_text(at: str) -> str:
+    return at[:19].replace("T", " ")
+
+
+#: ``usage``'s text columns, ranked: on a narrow terminal the highest ranks go first.
+_USAGE_COLUMNS = (
+    Column("", 0, fixed=False), Column("REQUESTS", 1, right=True),
+    Column("INPUT", 2, right=True), Column("OUTPUT", 3, right=True),
+    Column("CACHE_READ", 8, right=True), Column("CACHE_WRITE", 10, right=True),
+    Column("REASONING", 9, right=True), Column("COST", 4, right=True), Column("STATUS", 5),
+    Column("FIRST", 11), Column("LAST", 7), Column("NOT_FROM_PROVIDER", 6),
+)
+_STATUS_COLUMNS = (
+    Column("SESSION", 0, fixed=False), Column("MODEL", 1, fixed=False),
+    Column("CALLS", 2, right=True), Column("INPUT", 3, right=True),
+    Column("OUTPUT", 4, right=True), Column("COST", 5, right=True),
+    Column("LAST_STATUS", 7, right=True), Column("CREDENTIAL", 8, fixed=False),
+    Column("STARTED", 9), Column("LAST", 6),
+)
+_CREDENTIAL_COLUMNS = (
+    Column("PROVIDER", 0, fixed=False), Column("FINGERPRINT", 1, fixed=False),
+    Column("STATE", 2), Column("CALLS", 3, right=True), Column("LAST_STATUS", 4, right=True),
+)
 
 
 def run_usage(args: argparse.Namespace, db: Path) -> int:
@@ -233,17 +248,15 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
     total = Group("total")
     for g in ordered:
         total.merge(g)
-    headers = [args.by.upper(), "REQUESTS", "INPUT", "OUTPUT", "CACHE_READ", "CACHE_WRITE",
-               "REASONING", "COST", "STATUS", "FIRST", "LAST", "NOT_FROM_PROVIDER"]
+    columns = (replace(_USAGE_COLUMNS[0], header=args.by.upper()), *_USAGE_COLUMNS[1:])
     rows = [
         [g.key, str(g.requests), *(str(g.tokens[k]) for k in _KINDS), _cost_text(g),
-         g.cost_status, g.first_at[:19].replace("T", " "), g.last_at[:19].replace("T", " "),
+         g.cost_status, _time_text(g.first_at), _time_text(g.last_at),
          _sources_text(g.sources)]
         for g in [*ordered, total]
     ]
-    text = _table(headers, rows, right=range(1, 8)).splitlines()
-    text.insert(-1, "-" * max(map(len, text)))
-    print("\n".join(text))
+    width = terminal_width()
+    print(render_table(columns, rows, width).text(width, rule_before_last=True))
     return 0
 
 
@@ -282,23 +295,22 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
         print(json.dumps({"sessions": out_sessions, "credentials": out_creds,
                           "events": events}, indent=2))
         return 0
+    width = terminal_width()
     print(f"events: {events}")
     if out_creds:
         rows = [["-" if c[k] is None else str(c[k]) for k in cred_keys] for c in out_creds]
-        print("credentials:\n" + _table([k.upper() for k in cred_keys], rows, right=range(3, 5)))
+        print("credentials:\n" + render_table(_CREDENTIAL_COLUMNS, rows, width).text(width))
     else:
         print("credentials: none")
     if not out_sessions:
         print("sessions: none recorded" + (" matching the filters" if args.session else ""))
         return 0
-    headers = ["SESSION", "MODEL", "CALLS", "INPUT", "OUTPUT", "COST", "LAST_STATUS",
-               "CREDENTIAL", "STARTED", "LAST"]
     rows = [
         [s["session_id"], s["model"], str(s["calls"]), str(s["input_tokens"]),
          str(s["output_tokens"]), "unknown" if s["cost"] is None else f"${s['cost']}",
          "-" if s["last_status"] is None else str(s["last_status"]), s["credential"] or "-",
-         s["started_at"][:19].replace("T", " "), s["last_at"][:19].replace("T", " ")]
+         _time_text(s["started_at"]), _time_text(s["last_at"])]
         for s in out_sessions
     ]
-    print("sessions:\n" + _table(headers, rows, right=range(2, 7)))
+    print("sessions:\n" + render_table(_STATUS_COLUMNS, rows, width).text(width))
     return 0

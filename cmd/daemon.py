@@ -25,6 +25,7 @@ from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.errors import CommandError, ListenError, UsageError
 from sessionwarden.cmd.http import ASGIReceive, ASGISend
 from sessionwarden.cmd.logs import setup_logging
+from sessionwarden.cmd.private import read_private_file, token_directory
 from sessionwarden.cmd.protocol import bounded_head_protocol
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.server import LOOPBACK_NAMES, DaemonApp
@@ -37,23 +38,33 @@ _GRACE_S = 30
 
 
 def load_token(db: Path, environ: dict[str, str]) -> tuple[str, Path | None]:
-    """The clients' bearer token: ``$SESSIONWARDEN_TOKEN``, else a 0600 file by the db."""
+    """The clients' bearer token: ``$SESSIONWARDEN_TOKEN``, else a 0600 file by the db.
+
+    The file and its directory are checked as ``cmd/private.py`` says: tightened with a
+    warning when they are open to others, refused (exit 74) when they cannot be.
+    """
     explicit = environ.get(TOKEN_ENV, "").strip()
     if explicit:
         return explicit, None
     path = db.parent / "token"
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    token_directory(path.parent, _warn)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
-        token = path.read_text().strip()
+        token = read_private_file(path, _warn, what="the token file").strip()
         if not token:
             raise CommandError(f"{path}: the token file is empty; delete it") from None
         return token, path
     with os.fdopen(fd, "w") as file:
+        os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask
         token = secrets.token_urlsafe(32)
         file.write(token + "\n")
     return token, path
+
+
+def _warn(message: str) -> None:
+    logger.warning("{}", message)
 
 
 class _Server(uvicorn.Server):

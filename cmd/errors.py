@@ -7,6 +7,9 @@ The tree::
         ├── UsageError          exit 64  bad command-line usage (EX_USAGE)
         ├── ListenError         exit 69  the address to listen on is in use or cannot be
         │                                bound (EX_UNAVAILABLE)
+        ├── UnsafeFile          exit 74  the state directory or the token file is another
+        │                                user's, a link, or open to others and cannot be
+        │                                made private (EX_IOERR, as any unusable database)
         └── BodyTooLarge                 a request body over ``[daemon] max_body_mib``
                                          (the daemon answers 413; never reaches the CLI)
 
@@ -19,7 +22,7 @@ from typing import ClassVar
 
 from sessionwarden.errors import SessionwardenError
 
-__all__ = ["BodyTooLarge", "CommandError", "ListenError", "UsageError"]
+__all__ = ["BodyTooLarge", "CommandError", "ListenError", "UnsafeFile", "UsageError"]
 
 
 class CommandError(SessionwardenError):
@@ -38,6 +41,12 @@ class ListenError(CommandError):
     """The daemon cannot listen: the address is in use or cannot be bound."""
 
     exit_code: ClassVar[int] = 69
+
+
+class UnsafeFile(CommandError):
+    """A file or directory holding the daemon's secrets cannot be made private."""
+
+    exit_code: ClassVar[int] = 74
 
 
 class BodyTooLarge(CommandError):

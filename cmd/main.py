@@ -8,7 +8,9 @@ exit code; a bug becomes one line naming the exception type and a pointer to
 The database path is decided here, and so is its directory, which the store never
 creates: a path the user chose (``--db``, ``$SESSIONWARDEN_DB``) must be in an existing
 directory, since a typo there must not start a new, empty log somewhere else; the default
-state directory is created (0700) before a command that writes.
+state directory is created (0700) before a command that writes, and made 0700 if it
+exists open to others. Every command runs under umask 077, so nothing it creates is
+open to other users (``cmd/private.py``).
 """
 
 import argparse
@@ -23,6 +25,7 @@ from sessionwarden.cmd.cli_daemon import add_daemon_command
 from sessionwarden.cmd.cli_log import add_log_commands
 from sessionwarden.cmd.cli_usage import add_usage_commands
 from sessionwarden.cmd.errors import CommandError, UsageError
+from sessionwarden.cmd.private import UMASK, private_directory
 from sessionwarden.config import ConfigError
 from sessionwarden.errors import SessionwardenError
 from sessionwarden.store import default_db_path
@@ -119,9 +122,11 @@ def database(args: argparse.Namespace, environ: dict[str, str]) -> Path:
             raise StoreUnavailable(f"{directory}: no such directory")
         if not directory.is_dir():
             raise StoreUnavailable(f"{directory}: not a directory")
-    elif args.command in _WRITING_COMMANDS:
+    else:
+        # Ours alone: created 0700 by a command that writes, tightened (or refused) if
+        # it exists open to others, whatever the command.
         try:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_directory(directory, _warn, create=args.command in _WRITING_COMMANDS)
         except OSError as exc:
             raise StoreUnavailable(
                 f"{directory}: cannot create the state directory ({exc.strerror})"
@@ -129,10 +134,15 @@ def database(args: argparse.Namespace, environ: dict[str, str]) -> Path:
     return db
 
 
+def _warn(message: str) -> None:
+    print(f"sessionwarden: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (and exits with it as a script)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    umask = os.umask(UMASK)  # what the CLI creates is the user's alone (cmd/private.py)
     try:
         db = database(args, dict(os.environ))
         code: int = args.run(args, db)
@@ -167,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         code = 70
+    finally:
+        os.umask(umask)
     return code
 
 

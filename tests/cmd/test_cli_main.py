@@ -83,9 +83,10 @@ def test_readme_documents_one_exit_code_for_bad_usage() -> None:
 
 def test_the_read_only_commands_do_not_import_the_daemon() -> None:
     # uvicorn, aiohttp and the actors are most of the CLI's start-up time; a command that
-    # only reads the log (and every test that runs one) must not pay for them.
+    # only reads the log (and every test that runs one) must not pay for them. rich is
+    # imported only when a text table is printed.
     probe = ("import sys; from sessionwarden.cmd.main import build_parser; build_parser(); "
-             "print(sorted(m for m in ('uvicorn', 'aiohttp', 'pykka', "
+             "print(sorted(m for m in ('uvicorn', 'aiohttp', 'pykka', 'rich', "
              "'sessionwarden.cmd.daemon', 'sessionwarden.cmd.runtime') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)

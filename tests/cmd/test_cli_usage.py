@@ -178,7 +178,8 @@ def test_csv_shape(db, capsys):
     assert record["sources"] == "estimated: 1, missing: 1"
 
 
-def test_text_table_has_totals(db, capsys):
+def test_text_table_has_totals(db, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # every column (80 leaves some out: test_cli_tables)
     code, out, _ = run(capsys, "usage", "--db", str(db))
     lines = out.splitlines()
     assert code == 0 and lines[0].split()[:3] == ["SESSION", "REQUESTS", "INPUT"]
@@ -239,3 +240,15 @@ def test_console_script_subprocess(db):
     assert proc.returncode == 0, proc.stderr
     assert [r["day"] for r in json.loads(proc.stdout)] == ["2026-11-29", "2026-11-30",
                                                             "2026-12-01"]
+
+
+def test_text_table_at_80_columns_keeps_the_most_important_whole(db, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(capsys, "usage", "--db", str(db))
+    lines = out.splitlines()
+    assert code == 0 and max(map(len, lines)) <= 80
+    assert lines[0].split() == ["SESSION", "REQUESTS", "INPUT", "OUTPUT", "COST", "STATUS",
+                                "NOT_FROM_PROVIDER"]
+    # the estimates stay whole: no less important column took their room
+    assert "estimated: 1, missing: 1" in out
+    assert "(not shown at 80 columns: CACHE_READ, CACHE_WRITE, REASONING, FIRST, LAST;" in out
