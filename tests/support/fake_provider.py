@@ -68,6 +68,9 @@ class FakeOptions:
     echo_key_header: bool = False  # response headers hold the key (raw and as a Bearer)
     gzip: bool = False  # gzip the response whatever Accept-Encoding says
     redirect: str | None = None  # answer 307 with this Location instead
+    end_after_chunks: int | None = None  # end the stream cleanly after N events (no [DONE])
+    break_after_chunks: int | None = None  # break the connection after N events
+    junk_bytes: int = 0  # a stream of this many bytes with no event separator at all
 
     @classmethod
     def parse(cls, body: dict[str, Any], headers: dict[str, str]) -> FakeOptions:
@@ -208,7 +211,16 @@ async def _sse(
     A hung stream ends when the client disconnects (Starlette cancels us) or the server stops.
     """
     packer = zlib.compressobj(wbits=31) if opts.gzip else None  # 31: the gzip format
+    if opts.junk_bytes:
+        yield b"data: "
+        for _ in range(opts.junk_bytes // 65536):
+            yield b"x" * 65536
+        return
     for i, event in enumerate(events):
+        if opts.end_after_chunks is not None and i >= opts.end_after_chunks:
+            return
+        if opts.break_after_chunks is not None and i >= opts.break_after_chunks:
+            raise ConnectionAbortedError("fake provider: connection broken on purpose")
         if opts.hang_after_chunks is not None and i >= opts.hang_after_chunks:
             while not closing.is_set():
                 await asyncio.sleep(0.02)
