@@ -118,8 +118,9 @@ def access_logged(scope: MutableMapping[str, Any], send: _Send) -> Iterator[_Sen
         _current.reset(token)
         level, text, fields = entry.line()
         # The text is passed as an argument, never as the format: a path with braces in
-        # it must not be taken for a template.
-        logger.bind(**fields).log(level, "{}", text)
+        # it must not be taken for a template. The keyword arguments become the record's
+        # fields (loguru adds them to ``extra``).
+        logger.log(level, "{}", text, **fields)
 
 
 def note_call(call_id: str, session: str, provider: str, model: str) -> None:

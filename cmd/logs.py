@@ -22,17 +22,25 @@ from typing import Any
 from loguru import logger
 from sessionwarden.redact import default_redactor
 
-__all__ = ["json_line", "setup_logging"]
+__all__ = ["json_line", "redact_record", "setup_logging"]
 
 #: The keys every JSON line starts with; a field of the same name cannot replace them.
 _RESERVED = frozenset({"time", "level", "message"})
 
 
-def _redact(record: Any) -> None:
-    record["message"] = default_redactor.redact(record["message"])
-    for key, value in record["extra"].items():
-        if isinstance(value, str):
-            record["extra"][key] = default_redactor.redact(value)
+def redact_record(record: Any) -> None:
+    """Loguru patcher: scrub secrets from a record's message, text fields and exception."""
+    extra = record["extra"]
+    texts = [record["message"], *(v for v in extra.values() if isinstance(v, str))]
+    # One pass over all the record's text finds whether anything needs scrubbing (the
+    # rare case): "\0" is in no secret and no pattern, so no match spans two texts, and
+    # each redaction has a fixed cost an access line's dozen fields would pay each.
+    joined = "\0".join(texts)
+    if default_redactor.redact(joined) != joined:
+        record["message"] = default_redactor.redact(record["message"])
+        for key, value in extra.items():
+            if isinstance(value, str):
+                extra[key] = default_redactor.redact(value)
     if record["exception"] is not None:
         # Keep the type and a redacted message; drop the traceback object itself.
         exc_type, exc, _ = record["exception"]
@@ -73,7 +81,7 @@ class _Intercept(logging.Handler):
 def setup_logging(*, json: bool = False, level: str = "INFO") -> None:
     """Configure loguru for the daemon (call once, in the entry point)."""
     logger.remove()
-    logger.configure(patcher=_redact)
+    logger.configure(patcher=redact_record)
     if json:
         logger.add(_json_sink, level=level, format="{message}", backtrace=False,
                    diagnose=False)
