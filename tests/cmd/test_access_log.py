@@ -83,7 +83,9 @@ def test_one_access_line_per_request_saying_why_for_refusals_and_failures(
         big = json.dumps(chat_body(canary + "x" * (1 << 20))).encode()
         assert http.post("/v1/chat/completions", content=big).status_code == 413
         assert http.get("/healthz").status_code == 200
-    _wait_for(daemon, lambda text: text.count(" /v1/") >= 7, "seven access lines")
+        # A decoded path may hold a line break: it must not forge a second log line.
+        assert http.get("/v1/x%0A00:00:00.000 INFO    forged").status_code == 404
+    _wait_for(daemon, lambda text: text.count(" /v1/") >= 8, "eight access lines")
     lines = _text_lines(daemon)
 
     ids = [plain.headers["x-sessionwarden-call-id"], stream.headers["x-sessionwarden-call-id"]]
@@ -95,7 +97,7 @@ def test_one_access_line_per_request_saying_why_for_refusals_and_failures(
             rf"provider=fake call={call_id} " + re.escape(_tokens(daemon, call_id)), text), text
     level, text = _one(lines, r" 500 .*outcome=upstream_error")
     assert level == "WARNING" and "session=acc-1" in text
-    level, text = _one(lines, r" 404 ")
+    level, text = _one(lines, r"^POST /v1/chat/completions 404 ")
     assert level == "INFO" and "unknown model 'no-such-model'" in text
     level, text = _one(lines, r"^POST /v1/chat/completions 401 ")
     assert level == "WARNING" and 'error="missing or wrong bearer token"' in text
@@ -104,6 +106,9 @@ def test_one_access_line_per_request_saying_why_for_refusals_and_failures(
     level, text = _one(lines, r"^POST /v1/chat/completions 413 ")
     assert level == "WARNING" and "error=\"body exceeds 1048576 bytes\"" in text
     assert not [line for line in lines if "/healthz" in line[1]]  # DEBUG: not at INFO
+    level, text = _one(lines, r"^GET /v1/x")
+    assert level == "INFO" and text.startswith(r"GET /v1/x\n00:00:00.000 INFO    forged 404 ")
+    assert not [line for line in daemon.stderr().splitlines() if "forged" in line[:40]]
 
     log = daemon.stderr()
     assert canary not in log and "ok: please keep" not in log
