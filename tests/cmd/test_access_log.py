@@ -9,6 +9,7 @@ that answered is DEBUG. No line holds a key or anything of a request's or respon
 import json
 import re
 import secrets
+import socket
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -85,7 +86,13 @@ def test_one_access_line_per_request_saying_why_for_refusals_and_failures(
         assert http.get("/healthz").status_code == 200
         # A decoded path may hold a line break: it must not forge a second log line.
         assert http.get("/v1/x%0A00:00:00.000 INFO    forged").status_code == 404
-    _wait_for(daemon, lambda text: text.count(" /v1/") >= 8, "eight access lines")
+    # A client that leaves in the middle of its body gets no answer: status "-".
+    with socket.create_connection(("127.0.0.1", daemon.port)) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Authorization: Bearer " + daemon.token.encode() +
+                     b"\r\nContent-Length: 1000\r\n\r\n{\"model\"")
+    _wait_for(daemon, lambda text: "POST /v1/chat/completions - " in text,
+              "the access line of the client that left")  # the last request: all are in
     lines = _text_lines(daemon)
 
     ids = [plain.headers["x-sessionwarden-call-id"], stream.headers["x-sessionwarden-call-id"]]
@@ -109,6 +116,7 @@ def test_one_access_line_per_request_saying_why_for_refusals_and_failures(
     level, text = _one(lines, r"^GET /v1/x")
     assert level == "INFO" and text.startswith(r"GET /v1/x\n00:00:00.000 INFO    forged 404 ")
     assert not [line for line in daemon.stderr().splitlines() if "forged" in line[:40]]
+    assert _one(lines, r"^POST /v1/chat/completions - ")[0] == "INFO"
 
     log = daemon.stderr()
     assert canary not in log and "ok: please keep" not in log
