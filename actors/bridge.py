@@ -101,17 +101,17 @@ class GovernedActor(pykka.ThreadingActor):
 
     def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
         """Tell the supervisor (once); pykka has already logged the failure."""
-        self._report(exception_value)
+        self._tell_supervisor(exception_value)
 
     def _handle_failure(self, exception_type: Any, exception_value: Any, traceback: Any
                         ) -> None:
         # pykka sends a failure of on_start here and never to on_failure: without this
         # the supervisor would learn only that the actor is dead, not that the disk is
         # full. (A failed tell comes here and then to on_failure: it is reported once.)
-        self._report(exception_value)
+        self._tell_supervisor(exception_value)
         super()._handle_failure(exception_type, exception_value, traceback)
 
-    def _report(self, exception: object) -> None:
+    def _tell_supervisor(self, exception: object) -> None:
         if self._report_failure is not None and isinstance(exception, BaseException):
             report, self._report_failure = self._report_failure, None  # the actor stops
             report(exception)

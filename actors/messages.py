@@ -26,6 +26,7 @@ __all__ = [
     "NeedsWork",
     "Release",
     "Resume",
+    "UnusableProviders",
     "new_event",
 ]
 
@@ -79,7 +80,7 @@ class NeedsWork(msgspec.Struct, frozen=True):
 
 
 class Complete(msgspec.Struct, frozen=True):
-    """Record how an admitted call ended; the reply comes once the record is durable.
+    """Record how an admitted call ended; the reply, the CallCompleted, comes once durable.
 
     Sent to the RateGuardActor, which reads the rate-limit headers into ``limits``, adds
     its own part when they are worth recording (``parts``), and forwards it to the
@@ -90,6 +91,13 @@ class Complete(msgspec.Struct, frozen=True):
     outcome: CallOutcome
     limits: RateLimitSnapshot | None = None
     parts: tuple[StreamAppend, ...] = ()
+
+
+class UnusableProviders(msgspec.Struct, frozen=True):
+    """Ask the CredentialPoolActor which providers have no usable key.
+
+    Reply: ``{provider: why}``, ``why`` naming the variables to set (or the missing keys).
+    """
 
 
 class Lease(msgspec.Struct, frozen=True):

@@ -222,7 +222,7 @@ class SessionActor(GovernedActor):
         # The key makes a completion retried across a restart harmless: stored once.
         part = StreamAppend(session_stream(state.session_id),
                             (new_event(event, idempotency_key=f"done:{event.call_id}"),), ANY)
-        self._append(state.session_id, [part, *message.parts], reply, None)
+        self._append(state.session_id, [part, *message.parts], reply, event)
         return PENDING
 
     # -- appends ---------------------------------------------------------------------------

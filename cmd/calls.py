@@ -35,10 +35,12 @@ from sessionwarden.actors.messages import (
     Release,
     Resume,
 )
+from sessionwarden.cmd.access import note_call, note_completion
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.config import ProviderConfig
 from sessionwarden.domain.calls import CallOutcome, CallRequest
 from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.events import CallCompleted
 from sessionwarden.store.errors import StoreError
 
 __all__ = ["ProxiedCall", "admit", "complete", "new_call_id", "release_key"]
@@ -53,7 +55,10 @@ def new_call_id() -> str:
 
 
 class ProxiedCall:
-    """What the proxy knows about one call while it is in flight."""
+    """What the proxy knows about one call while it is in flight.
+
+    A new call notes itself in the access line of the request it serves.
+    """
 
     __slots__ = ("call_id", "lease", "model", "provider", "recorded", "session_id",
                  "started", "stream")
@@ -69,6 +74,7 @@ class ProxiedCall:
         self.lease: Leased | None = None
         self.recorded = False
         self.started = time.perf_counter()
+        note_call(self.call_id, session_id, provider.name, model)
 
     def outcome(self, outcome: str, **facts: Any) -> CallOutcome:
         """The call's outcome with ``facts`` (status, usage, …) and its latency so far."""
@@ -119,6 +125,9 @@ def release_key(rt: Runtime, call: ProxiedCall) -> None:
 async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool:
     """Record ``outcome`` durably; True once it is (or already was) in the log.
 
+    The recorded CallCompleted (its tokens, as the ledger has them) goes to the request's
+    access line: the session's actor replies with it, so this costs no extra message.
+
     False means the record could not be written before the deadline: the call stays open
     in its session, and the next start completes it as ``unknown``.
     """
@@ -133,9 +142,12 @@ async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool
         attempt += 1
         try:
             if attempt == 1:
-                await ask(rt.ref("rateguard"), Complete(outcome), timeout=10.0)
+                done = await ask(rt.ref("rateguard"), Complete(outcome), timeout=10.0)
             else:  # the rate guard may be the one in trouble: go straight to the session
-                await ask(rt.session_ref(call.session_id), Complete(outcome), timeout=10.0)
+                done = await ask(rt.session_ref(call.session_id), Complete(outcome),
+                                 timeout=10.0)
+            if isinstance(done, CallCompleted):
+                note_completion(done)
             return True
         except UnknownCall:
             if attempt > 1:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 import msgspec
+from sessionwarden.cmd.access import note_error
 from sessionwarden.cmd.errors import BodyTooLarge
 
 __all__ = [
@@ -81,7 +82,11 @@ async def send_error(
     code: str | None = None,
     headers: Iterable[tuple[bytes, bytes]] = (),
 ) -> None:
-    """Send an OpenAI-style error body: ``{"error": {"message", "type", "code"}}``."""
+    """Send an OpenAI-style error body: ``{"error": {"message", "type", "code"}}``.
+
+    ``message`` is also the error the request's access line shows.
+    """
+    note_error(message)
     await send_json(
         send, status, {"error": {"message": message, "type": kind, "code": code}}, headers
     )

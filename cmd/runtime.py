@@ -21,7 +21,7 @@ from loguru import logger
 from sessionwarden.actors.bridge import ask_blocking
 from sessionwarden.actors.checkpoint import CheckpointActor
 from sessionwarden.actors.credentials import CredentialPoolActor
-from sessionwarden.actors.messages import Committed, Complete
+from sessionwarden.actors.messages import Committed, Complete, UnusableProviders
 from sessionwarden.actors.rateguard import RateGuardActor
 from sessionwarden.actors.session import SessionActor, session_shard
 from sessionwarden.actors.shells import CompressorActor, UsageLedgerActor
@@ -102,6 +102,8 @@ class Runtime:
         self.supervisor = Supervisor(specs)
         self._commits = 0
         self._routes: dict[str, tuple[ProviderConfig, str]] = {}
+        #: Providers without a usable key, and why (known once :meth:`start` has run).
+        self.unusable: dict[str, str] = {}
         # One subscription for the life of the log: it always reaches the current
         # CheckpointActor, so a restarted one needs no new listener.
         self.log.add_commit_listener(self._committed)
@@ -121,6 +123,8 @@ class Runtime:
     def start(self) -> None:
         """Start every actor (each recovers its state from the log), then close orphans."""
         self.supervisor.start()
+        # Keys are read once, at start: which providers have none stays true until a restart.
+        self.unusable = ask_blocking(self.ref("credentials"), UnusableProviders())
         self.complete_orphans()
 
     def complete_orphans(self) -> int:

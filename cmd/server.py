@@ -8,7 +8,7 @@ browser; every path but ``/healthz`` needs ``Authorization: Bearer
 <token>`` (compared in constant time); a body larger than the cap is refused with 413 as
 soon as its declared or received size exceeds it, without reading it whole. Any error
 that escapes a handler becomes a 500 with a one-line message; a client never sees a
-traceback.
+traceback. Every request ends with one access line (``sessionwarden.cmd.access``).
 """
 
 import hmac
@@ -19,6 +19,7 @@ from typing import Any
 
 from loguru import logger
 from sessionwarden import __version__
+from sessionwarden.cmd.access import access_logged
 from sessionwarden.cmd.errors import BodyTooLarge
 from sessionwarden.cmd.http import (
     ASGIReceive,
@@ -86,14 +87,17 @@ class DaemonApp:
         """ASGI entry point."""
         if scope["type"] != "http":
             return
-        try:
-            await self._serve(scope, receive, send)
-        except Exception as exc:
-            logger.error("request {} failed: {}: {}", scope.get("path"), type(exc).__name__, exc)
+        with access_logged(scope, send) as send:
             try:
-                await send_error(send, 500, "internal error in sessionwarden", kind="server_error")
-            except Exception:
-                pass  # the response had already started; the connection will be dropped
+                await self._serve(scope, receive, send)
+            except Exception as exc:
+                logger.error("request {} failed: {}: {}", scope.get("path"),
+                             type(exc).__name__, exc)
+                try:
+                    await send_error(send, 500, "internal error in sessionwarden",
+                                     kind="server_error")
+                except Exception:
+                    pass  # the response had already started; the connection will be dropped
 
     async def _serve(
         self, scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend
@@ -146,15 +150,38 @@ class DaemonApp:
         await send_error(send, 404, f"no route for {method} {path}", code="not_found")
 
     def _models(self) -> dict[str, Any]:
-        config = self.runtime.config
-        data = [
-            {"id": m.name, "object": "model", "owned_by": m.provider,
-             "context_length": m.context_length}
-            for m in config.models
+        """Every model name a client may send, and every provider's open-ended form.
+
+        Each ``[[models]]`` entry is listed under its name and as ``<provider>/<name>``
+        (both route to it). A provider also takes any ``<provider>/<model>``, which no
+        list can enumerate: ``providers`` says so. ``usable`` is false, with the
+        ``reason``, for a provider with no usable key (a call to it gets 503).
+        """
+        config, unusable = self.runtime.config, self.runtime.unusable
+        data: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for m in config.models:
+            for name in (m.name, f"{m.provider}/{m.name}"):
+                if name not in seen:
+                    seen.add(name)
+                    data.append(_availability({
+                        "id": name, "object": "model", "owned_by": m.provider,
+                        "context_length": m.context_length}, unusable.get(m.provider)))
+        providers = [
+            _availability({"name": p.name, "models": f"{p.name}/<model>",
+                           "api_mode": p.api_mode}, unusable.get(p.name))
+            for p in config.usable_providers
         ]
         data += [  # the simulated provider's named models (any sim/<name> is accepted)
-            {"id": f"{p.name}/{name}", "object": "model", "owned_by": p.name,
-             "context_length": None}
+            _availability({"id": f"{p.name}/{name}", "object": "model", "owned_by": p.name,
+                           "context_length": None}, None)
             for p in config.usable_providers if p.simulated for name in SIM_MODELS
         ]
-        return {"object": "list", "data": data}
+        return {"object": "list", "data": data, "providers": providers}
+
+
+def _availability(entry: dict[str, Any], unusable: str | None) -> dict[str, Any]:
+    entry["usable"] = unusable is None
+    if unusable is not None:
+        entry["reason"] = unusable
+    return entry

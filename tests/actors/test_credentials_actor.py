@@ -12,7 +12,7 @@ import pytest
 from loguru import logger
 from sessionwarden.actors.bridge import Ping, ask_blocking
 from sessionwarden.actors.credentials import CredentialPoolActor, credentials_stream
-from sessionwarden.actors.messages import Lease, Leased, Release
+from sessionwarden.actors.messages import Lease, Leased, Release, UnusableProviders
 from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.config import SIM_PROVIDER, ProviderConfig, parse_config
 from sessionwarden.domain.errors import NoCredential
@@ -177,8 +177,12 @@ def test_lease_without_a_usable_key_raises_no_credential(pool: Pool) -> None:
         ("p1", ["TEST_KEY_1"], "fill_first", 4),
     )
     ref = pool.start(config)
-    with pytest.raises(NoCredential, match="'empty' has no usable key"):
+    with pytest.raises(NoCredential, match="'empty' has no usable key: TEST_UNSET_A is not"
+                                           " set; TEST_UNSET_B is not set"):
         ask_blocking(ref, Lease("empty", "c1"))
+    assert ask_blocking(ref, UnusableProviders()) == {
+        "empty": "TEST_UNSET_A is not set; TEST_UNSET_B is not set"
+                 " (set a key and restart sessionwarden)"}
     with pytest.raises(NoCredential, match="'nowhere' has no usable key"):
         ask_blocking(ref, Lease("nowhere", "c2"))
     assert ask_blocking(ref, Lease("p1", "c3")).fingerprint == pool.fp("TEST_KEY_1")

@@ -280,11 +280,12 @@ def test_completion_replies_only_once_durable_and_moves_the_call_to_the_ledger(e
     ref = env.session_actor()
     ask_blocking(ref, admit("c1", "s1"))
     result, error, seen = reply_at_commit(env, ref, Complete(outcome("c1", "s1")))
-    assert error is None and result is None
     assert seen["types"] == [STARTED, ADMITTED, COMPLETED]
     assert seen["ledger"] == [("c1", 9)]
     completed = next(e for e in env.log.read_stream("session-s1") if e.type == COMPLETED)
     assert completed.idempotency_key == "done:c1"
+    # The reply is the recorded completion (the access log takes its tokens from it).
+    assert error is None and result == CODEC.decode(COMPLETED, completed.data)
     assert CODEC.decode(COMPLETED, completed.data) == CallCompleted(
         call_id="c1", status=200, latency_ms=42.0, credential="fp:0123456789ab",
         input_tokens=100, output_tokens=9)

@@ -275,8 +275,8 @@ def test_restarted_session_actor_recovers_from_the_log(harness: Harness) -> None
     ask_blocking(new, admit("c3", "s1"))
     # The rate guard reaches the new instance through the supervisor; and the new
     # instance knows c1 is open (recovered from the view), so it can complete it.
-    assert ask_blocking(sup.ref("rateguard"), completed("c3", "s1")) is None
-    assert ask_blocking(new, completed("c1", "s1")) is None
+    assert ask_blocking(sup.ref("rateguard"), completed("c3", "s1")).call_id == "c3"
+    assert ask_blocking(new, completed("c1", "s1")).call_id == "c1"
     harness.settle(new)
     # The new instance knew s1 was started: no second SessionStarted.
     assert harness.types("session-s1") == [
