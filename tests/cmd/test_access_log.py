@@ -109,7 +109,7 @@ def test_one_access_line_per_request_saying_why_for_refusals_and_failures(
     level, text = _one(lines, r"^POST /v1/chat/completions 401 ")
     assert level == "WARNING" and 'error="missing or wrong bearer token"' in text
     level, text = _one(lines, r"^GET /v1/models 403 ")
-    assert level == "WARNING" and 'error="Host header does not name this machine"' in text
+    assert level == "WARNING" and 'error="Host header does not name this machine' in text
     level, text = _one(lines, r"^POST /v1/chat/completions 413 ")
     assert level == "WARNING" and "error=\"body exceeds 1048576 bytes\"" in text
     assert not [line for line in lines if "/healthz" in line[1]]  # DEBUG: not at INFO

@@ -42,7 +42,10 @@ def test_a_provider_without_keys_is_reported_listed_and_refused_with_the_reason(
 
     with daemon.openai() as client:
         listed = {m.id: m.model_dump() for m in client.models.list().data}
-        assert set(listed) == {MODEL, f"fake/{MODEL}", "ghost-model", "ghost/ghost-model"}
+        sims = {name for name in listed if name.startswith("sim/")}
+        assert sims and all(listed[name]["usable"] is True for name in sims)
+        assert set(listed) - sims == {MODEL, f"fake/{MODEL}", "ghost-model",
+                                      "ghost/ghost-model"}
         for name in (MODEL, f"fake/{MODEL}"):
             assert listed[name]["usable"] is True and listed[name]["owned_by"] == "fake"
         for name in ("ghost-model", "ghost/ghost-model"):
@@ -58,4 +61,5 @@ def test_a_provider_without_keys_is_reported_listed_and_refused_with_the_reason(
     with daemon.http() as http:
         providers = http.get("/v1/models").json()["providers"]
     assert [(p["name"], p["models"], p["usable"]) for p in providers] == [
-        ("ghost", "ghost/<model>", False), ("fake", "fake/<model>", True)]
+        ("ghost", "ghost/<model>", False), ("fake", "fake/<model>", True),
+        ("sim", "sim/<model>", True)]  # the built-in simulator: keyless, always usable
