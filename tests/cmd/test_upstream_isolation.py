@@ -4,12 +4,13 @@ than its own share of connections.
 Before, a non-streamed call whose client left went on waiting for the upstream (600 s
 read timeout), holding one of the pool's connections: enough abandoned calls to a hung
 provider and nothing else could be sent there, or (with one shared pool) anywhere. Here
-the provider ``slow`` (the same fake upstream, asked to take 20 s) has a pool of two
+the provider ``slow`` (the same fake upstream, asked to take 8 s) has a pool of two
 connections; clients abandon six calls to it, and at once a fast call to it succeeds —
 the abandoned calls' connections were closed — as does a call to the healthy provider.
 """
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -33,12 +34,15 @@ def test_abandoned_calls_end_their_upstream_requests(
     daemon_factory: DaemonMaker, fake: FakeProviderServer, stream: bool
 ) -> None:
     daemon = daemon_factory(extra_config=_slow_provider(fake)).start()
-    hung = {**chat_body("hang", stream=stream, fake={"delay_ms": 20_000}), "model": "slow/m"}
-    with daemon.http(timeout=0.5) as http:
-        for i in range(6):
-            with pytest.raises(httpx.ReadTimeout):
-                http.post("/v1/chat/completions", json=hung,
-                          headers={"X-Session-Id": f"gone-{i}"})
+    hung = {**chat_body("hang", stream=stream, fake={"delay_ms": 8_000}), "model": "slow/m"}
+
+    def abandon(i: int) -> None:
+        with daemon.http(timeout=0.5) as http, pytest.raises(httpx.ReadTimeout):
+            http.post("/v1/chat/completions", json=hung,
+                      headers={"X-Session-Id": f"gone-{i}"})
+
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(abandon, range(6)))
     started = time.monotonic()
     with daemon.http(timeout=10) as http:
         fast = http.post("/v1/chat/completions", json={**chat_body("fast"), "model": "slow/m"})
