@@ -11,7 +11,7 @@ the client leaves, which closes that upstream connection.
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sessionwarden.cmd.http import ASGIReceive
 
@@ -59,20 +59,40 @@ class ClientWatch:
         Raises:
             ClientGone: the client disconnected before ``step`` finished.
         """
+        if self.left:
+            if asyncio.iscoroutine(step):
+                step.close()
+            raise ClientGone
         task = asyncio.ensure_future(step)
+        # A callback, not asyncio.wait: this runs twice per call, and wait() builds a
+        # set, a future and callbacks on both sides each time.
+        stop = _Canceller(task)
+        self.gone.add_done_callback(stop)
         try:
-            await asyncio.wait((task, self.gone), return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:  # we are cancelled ourselves (shutdown): so is the step
-            task.cancel()
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if stop.fired and current is not None and not current.cancelling():
+                raise ClientGone from None  # the step was cancelled by us, not the call
             raise
-        if task.done():
-            return task.result()
-        task.cancel()
-        # Wait for the step to unwind (its connection closed) without taking its
-        # CancelledError for ours; a cancellation of this call still goes through.
-        await asyncio.gather(task, return_exceptions=True)
-        raise ClientGone
+        finally:
+            self.gone.remove_done_callback(stop)
 
     def close(self) -> None:
         """Stop listening (the call is over)."""
         self._task.cancel()
+
+
+class _Canceller:
+    """Cancels a step when the client leaves, and remembers that it did."""
+
+    __slots__ = ("fired", "task")
+
+    def __init__(self, task: "asyncio.Future[Any]") -> None:
+        self.task = task
+        self.fired = False
+
+    def __call__(self, _: "asyncio.Future[None]") -> None:
+        if not self.task.done():
+            self.fired = True
+            self.task.cancel()
