@@ -130,9 +130,13 @@ class Supervisor:
         thread = threading.Thread(
             target=self._restart, args=(name,), name=f"sw-restart-{name}", daemon=True
         )
+        # Started under the lock: stop() joins every thread in the list, and joining one
+        # that is listed but not yet started raises (seen under load).
         with self._lock:
+            if self._stopping.is_set():
+                return
             self._restarting.append(thread)
-        thread.start()
+            thread.start()
 
     def _restart(self, name: str) -> None:
         now = time.monotonic()
