@@ -271,7 +271,8 @@ def plan_turn(
         results: ``(tool_name, content, already_spilled)`` for each tool result of the
             turn, in order; an already-spilled result's content is its stand-in.
         limits: from :func:`resolve_limits`.
-        spill_dir: the spill directory as the agent should see it (named in the notes).
+        spill_dir: the spill directory as the agent should see it (named in the notes);
+            pass ``str(SpillStore.directory)`` so a note's path is the file's path.
     """
     decided: dict[int, SpillDecision] = {}
     sizes = [len(content) for _, content, _ in results]

@@ -14,6 +14,8 @@ module only writes the bytes it is given. The rules (issue 11, "Layer 2 and 3"):
   another user, is refused; every file operation goes through the directory's descriptor
   with ``O_NOFOLLOW``, and a symlink planted at a file's name is replaced, never written
   through.
+  Symlinks *above* the spill directory (a symlinked home, say) are the user's own
+  layout and are followed.
 * A write is temp file → write all → fsync → rename → fsync of the directory, so a crash
   leaves either no file or the whole file, never a torn one under the final name.
 * The same bytes again write nothing: an existing regular file of that name and size is
