@@ -13,7 +13,8 @@ it into a short message instead of a traceback. The whole tree::
     │   ├── RetriableError
     │   │   └── StoreBusy
     │   ├── StoreUnavailable
-    │   │   └── StoreClaimed
+    │   │   ├── StoreClaimed
+    │   │   └── SpillUnavailable
     │   ├── CorruptStore
     │   ├── StoreClosed
     │   └── StoreProgrammingError

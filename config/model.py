@@ -201,12 +201,17 @@ class ModelConfig(_Section, frozen=True):
 
 
 class ToolsConfig(_Section, frozen=True):
-    """``[tools]``: caps on tool results (per result, per turn) and the preview size."""
+    """``[tools]``: caps on tool results (per result, per turn), the preview size, the spill place.
+
+    ``spill_dir`` is where spilled results are saved; empty means ``spill/`` beside the
+    database.
+    """
 
     result_size_chars: _Positive = 100_000
     turn_budget_chars: _Positive = 200_000
     preview_chars: _Positive = 1_500
     overrides: dict[str, _Positive] = msgspec.field(default_factory=dict)
+    spill_dir: str = ""
 
 
 class CompressionConfig(_Section, frozen=True):

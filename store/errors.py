@@ -13,7 +13,10 @@ The tree::
         │   └── StoreBusy              the write lock could not be had within the budget
         ├── StoreUnavailable           the database cannot be opened or written (missing
         │   │                          file, permissions, read-only or full disk)
-        │   └── StoreClaimed           another daemon holds the database's instance lock
+        │   ├── StoreClaimed           another daemon holds the database's instance lock
+        │   └── SpillUnavailable       a spill file cannot be written (the directory is
+        │                              a symlink or another user's, permissions, full
+        │                              disk): the caller truncates the result inline
         ├── CorruptStore               SQLite reports corruption or the schema is foreign
         ├── StoreClosed                the log was closed before the operation ran
         └── StoreProgrammingError      a bug: bad arguments, or a projection that raised
@@ -29,6 +32,7 @@ __all__ = [
     "CorruptStore",
     "IdempotencyConflict",
     "RetriableError",
+    "SpillUnavailable",
     "StoreBusy",
     "StoreClaimed",
     "StoreClosed",
@@ -94,6 +98,10 @@ class StoreUnavailable(StoreError):
 
 class StoreClaimed(StoreUnavailable):
     """Another daemon holds the single-instance lock of this database."""
+
+
+class SpillUnavailable(StoreUnavailable):
+    """A spill file cannot be written; the caller falls back to inline truncation."""
 
 
 class CorruptStore(StoreError):

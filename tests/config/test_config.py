@@ -152,6 +152,11 @@ def test_full_reference_parses_with_decimal_money() -> None:
     assert config.compression.on_summary_failure == "abort"
 
 
+def test_tools_spill_dir_is_configurable() -> None:
+    config = parse_config(b'[tools]\nspill_dir = "/var/tmp/sw-spill"\n')
+    assert config.tools.spill_dir == "/var/tmp/sw-spill"
+
+
 def test_defaults_match_design() -> None:
     config = Config()
     assert (config.daemon.host, config.daemon.port, config.daemon.max_body_mib) == (
@@ -162,6 +167,7 @@ def test_defaults_match_design() -> None:
     assert config.providers == () and config.models == ()
     assert (config.tools.result_size_chars, config.tools.turn_budget_chars) == (100000, 200000)
     assert config.tools.preview_chars == 1500
+    assert config.tools.spill_dir == ""  # spill/ beside the database
     c = config.compression
     assert (c.enabled, c.threshold, c.target_ratio, c.protect_first_n) == (True, 0.5, 0.2, 3)
     assert (c.summariser, c.summary_model, c.on_summary_failure) == ("builtin", "", "fallback")
