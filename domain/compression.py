@@ -11,8 +11,8 @@ all pure (time comes in as an argument):
    ignored): a trigger on the whole window lets prompt + answer overflow it;
 3. the result is never below :data:`MINIMUM_TRIGGER_TOKENS` (64K): a trigger under an
    agent's fixed overhead (system prompt, tool schemas) leaves every compression over it;
-4. except when that floor reaches the window itself (a 64K model): then the trigger is
-   85 % of the window, so compression stays reachable (Hermes #14690: it never fired);
+4. except when that floor reaches the usable window (a 64K model): then the trigger is
+   85 % of it, so compression stays reachable (Hermes #14690: it never fired);
 5. ``[compression].threshold_tokens`` caps the result and can only lower it.
 
 Not adopted: Hermes's silent raise of the fraction to 0.75 below a 512K window. It
@@ -25,7 +25,8 @@ A model without a known ``context_length`` is taken as :data:`DEFAULT_CONTEXT_LE
 call we only have our estimate (:func:`estimate_tokens`: separate ratios for prose and
 for JSON/tool content, since chars/4 errs +17 % on prose and −25 % on JSON), corrected
 per (session, model) by the last real reading (:class:`Calibration`): after one reading,
-the calibrated estimate of the same history *is* the real figure, and of that history
+the calibrated estimate of the same history *is* the real figure (unless the reading
+was out of bounds, below), and of that history
 plus new messages of the same mix within a few per cent. Under the append-only invariant
 this equals "previous real reading + calibrated estimate of what was appended". The
 correction factor is bounded to [0.5, 2] so one absurd reading cannot wreck it; the
@@ -39,17 +40,21 @@ factor absorbs the difference. A new model starts from a fresh ``Calibration()``
   resets the count; after :data:`MAX_UNFIT_COMPRESSIONS` (2) the session is not
   compressed again until one does. A compression whose call reported no usage stays
   counted: a provider that stops reporting usage cannot make us compress forever;
-- after a compression, none other before a real reading has judged it;
+- after a compression, none other until the next call has ended (its reading, or its
+  lack of one, is the verdict);
 - frequency guard: at most :data:`FREQUENCY_LIMIT` compressions in any
   :data:`FREQUENCY_WINDOW`. Time, not calls, because what a compression costs is
   time-bound: it busts the provider's prompt cache (whose life is minutes) and a
   model summary takes seconds; "at least one call between two" is already enforced by the
   previous rule. A count over a window rather than a minimum gap lets a legitimate burst
   through (a huge tool result right after a compression) and stops a sustained loop.
+  The constants (3 in 10 minutes) are those Hermes's own guard implies.
 
 A model switch needs no reset: the next reading is judged against the new model's
-threshold. The wiring must feed :func:`record_reading` only readings of calls admitted
-after the compression they judge, and check ``[compression].enabled`` itself.
+threshold. Left to the wiring: feed :func:`record_reading` only readings of calls
+admitted after the compression they judge; check ``[compression].enabled``; forward a
+call the guard refused to compress as it is, or refuse it with a clear error if it
+cannot fit the window at all.
 """
 
 from datetime import datetime, timedelta
