@@ -215,10 +215,16 @@ class ToolsConfig(_Section, frozen=True):
 
 
 class CompressionConfig(_Section, frozen=True):
-    """``[compression]``: when and how history is compressed."""
+    """``[compression]``: when and how history is compressed.
+
+    ``threshold_tokens`` is an absolute cap on the trigger, in tokens (None = no cap): it
+    can only lower the trigger computed from ``threshold`` and the model's window, for
+    models whose answers degrade long before their window fills.
+    """
 
     enabled: bool = True
     threshold: _Fraction = 0.50
+    threshold_tokens: _Positive | None = None
     target_ratio: _Fraction = 0.20
     protect_first_n: _NonNegative = 3
     summariser: Summariser = "builtin"

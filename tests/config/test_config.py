@@ -187,6 +187,14 @@ def test_defaults_match_design() -> None:
     )
 
 
+def test_compression_threshold_tokens_is_an_optional_positive_cap() -> None:
+    assert Config().compression.threshold_tokens is None
+    config = parse_config(b"[compression]\nthreshold_tokens = 90000\n")
+    assert config.compression.threshold_tokens == 90000
+    with pytest.raises(ConfigError, match=r"compression\.threshold_tokens.*>= 1"):
+        parse_config(b"[compression]\nthreshold_tokens = 0\n")
+
+
 def test_structs_are_frozen() -> None:
     config = parse_config(MINIMUM)
     with pytest.raises(AttributeError):
