@@ -25,8 +25,10 @@ How a message is read:
 * every other key (``refusal``, ``reasoning_content``, ``audio``, a message's ``name``,
   unknown keys) and any governed key whose value has an unexpected shape → an
   :class:`Opaque` of kind ``"field:<key>"`` holding the value. Opaque ``chars`` is what
-  ``usage.text_chars`` counts in it, so the neutral count agrees with the wire's (except
-  legacy ``function_call`` arguments, which the neutral count includes).
+  ``usage.text_chars`` counts in it, so the neutral count agrees with the wire's, except
+  for legacy ``function_call`` arguments, which the neutral count includes, and text
+  under extra keys of a tool call (``content`` beside ``function``), which it leaves
+  out; a text part with text under an extra key is opaque for the same reason.
 
 Framing that the neutral parts do not say — the role's spelling, the keys' order, whether
 ``content`` was a string, a list or ``null`` — is recorded in ``Message.wire`` (a small
@@ -70,7 +72,7 @@ _FIELD = "field:"
 
 # Forms recorded per key in Message.wire: how the key's value was shaped.
 _ROLE_KEY, _STR, _LIST, _NULL = "r", "s", "l", "n"
-_CALLS, _LEGACY, _CALL_ID, _NAME, _OTHER = "t", "c", "i", "m", "f"
+_CALLS, _NO_CALLS, _LEGACY, _CALL_ID, _NAME, _OTHER = "t", "e", "c", "i", "m", "f"
 
 
 def _opaque_field(key: str, value: object) -> Opaque:
@@ -81,8 +83,12 @@ def _content_part(element: object) -> ResultPart:
     if isinstance(element, dict):
         text = element.get("text")
         if element.get("type") == "text" and isinstance(text, str):
-            plain = len(element) == 2 and next(iter(element)) == "type"
-            return Text(text, b"" if plain else _encode(element))
+            if len(element) == 2 and next(iter(element)) == "type":
+                return Text(text)
+            # Extra keys are kept in the part's framing, unless the model reads text in
+            # them (counted then as opaque, so the estimate stays right).
+            if wire_chars(element) == len(text):
+                return Text(text, _encode(element))
         kind = element.get("type")
         return Opaque(kind if isinstance(kind, str) else "part", _encode(element),
                       wire_chars(element))
@@ -147,7 +153,9 @@ def _read(item: object) -> Message:
         elif key == "tool_calls" and not is_result and isinstance(value, list):
             calls = [_call(element) for element in value]
             if all(call is not None for call in calls):
-                form = _CALLS
+                # An empty list is kept as sent, but a list governance emptied is
+                # dropped: providers refuse an empty ``tool_calls``.
+                form = _CALLS if calls else _NO_CALLS
                 parts.extend(call for call in calls if call is not None)
         elif key == "function_call" and not is_result:
             if (legacy := _legacy_call(value)) is not None:
@@ -260,8 +268,8 @@ def _write(message: Message) -> Any:
         elif form in (_STR, _LIST, _NULL):
             out[key] = _render_content(content, form)
             content = []
-        elif form == _CALLS:
-            if calls:
+        elif form in (_CALLS, _NO_CALLS):
+            if calls or form == _NO_CALLS:
                 out[key] = [_render_call(call) for call in calls]
             calls = []
         elif form == _LEGACY:
