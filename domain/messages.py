@@ -22,11 +22,18 @@ Helpers governance needs: :func:`content_hash` (SHA-256 over a canonical msgspec
 encoding of the whole message, ``wire`` included, so recognising a resent prefix by
 hash also guarantees it can be re-sent byte for byte), :func:`text_chars` (what the
 token estimate is based on; it agrees with ``usage.text_chars`` on the wire form, so the
-estimate and its calibration do not depend on which of the two was counted),
+estimate and its calibration do not depend on which of the two was counted — the chat
+adapter's docstring lists the two corner cases where they differ),
 :func:`tool_pairs` (which result answers which call; orphans on either side),
 :func:`tool_calls` / :func:`tool_results`.
 
 Decisions (the issue is silent on them):
+
+* The hash covers the framing too (key order, string vs list content): "any change, a
+  different hash", so a client that re-serialises its history differently is seen as
+  having edited it (a fresh governed history, never a wrong match). What to hash for
+  recognition is the *client's* message as read; a message governance built has
+  ``wire == b""`` until an adapter writes it.
 
 * Roles are ``system`` (system *and* developer instructions), ``user``, ``assistant``,
   ``tool`` and ``other`` (an item the adapter could not read: one :class:`Opaque` part,
