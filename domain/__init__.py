@@ -16,8 +16,10 @@ Each policy has its home here (modules marked *planned* arrive with their issue)
 ``admission``      the admission pipeline: stages, verdicts, pending work
 ``stages``         the daemon's list of stages, in order
 ``validation``     the request-validation stage
-``spill``          tool-result spill and the per-turn budget (*planned*)
-``compression``    compression phases and their triggers (*planned*)
+``messages``       the wire-neutral conversation: parts, tool pairs, content hashes
+``spill``          tool-result spill: thresholds, previews, the per-turn budget
+``compression``    when to compress: the trigger, calibrated estimates, anti-thrashing
+                   (the phases themselves: *planned*)
 ``pricing``        prices and costs (*planned*)
 ``budgets``        spend caps and iteration budgets (*planned*)
 ``guardrails``     tool-loop guardrails (*planned*)
