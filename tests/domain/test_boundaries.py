@@ -72,11 +72,12 @@ def test_huge_newest_request_is_kept_verbatim_with_a_small_tail_budget() -> None
     for k in range(6):
         wire += [asst(None, call(f"c{k}")), tool(f"c{k}", "x" * 400)]
     request = "please refactor everything " * 4000
-    wire += [user(request), asst("on it", call("last")), tool("last", "y" * 4000)]
+    newest = len(wire)
+    wire += [user(request), asst(None, call("l1")), tool("l1", "y" * 4000),
+             asst(None, call("l2")), tool("l2", "y" * 4000), asst("on it")]
     history = to_neutral(wire)
     cut = choose_cut(history, BoundarySettings(tail_budget_tokens=50, min_tail_messages=1),
                      chars4)
-    newest = len(wire) - 3
     # In the tail, and not its first message (bridged back to the tool group before it).
     assert cut == Cut(4, newest - 2)
     assert history[newest].parts == (Text(request),)
