@@ -21,11 +21,12 @@ layout. The rules, in this order:
    generic ``[name] key=value, key=value → N lines, M chars``. Opaque parts of the result
    (an image) are kept in place.
 3. **Arguments** (:data:`ARGUMENTS`). An old tool call whose ``arguments`` are longer than
-   ``arguments_chars`` is decoded, every string in it longer than ``string_chars`` is cut
-   to its head plus ``…[N chars cut]``, and the value is re-encoded (compact JSON), so the
-   arguments stay valid JSON (Hermes #11762: a sliced JSON string made every later request
-   fail with a 400). Arguments that were not valid JSON to begin with are replaced by a
-   valid object, ``{"unparsed_arguments": "<head>…[N chars cut]"}``.
+   ``arguments_chars`` is decoded, every string in it longer than ``string_chars`` (plus
+   :data:`CUT_SLACK_CHARS`) is cut to its first ``string_chars`` plus ``…[N chars cut]``,
+   and the value is re-encoded (compact JSON), so the arguments stay valid JSON (Hermes
+   #11762: a sliced JSON string made every later request fail with a 400). Arguments that
+   were not valid JSON to begin with are replaced by a valid object,
+   ``{"unparsed_arguments": "<head>…[N chars cut]"}``.
 
 Guarantees (property-tested): the tail is untouched; the character count never grows (a
 rewrite that would not shorten is not made); the output depends only on the input
@@ -36,8 +37,15 @@ is never cut again (:data:`CUT_SLACK_CHARS`), and re-encoding decoded JSON is st
 Decisions taken where the issue is silent:
 
 * Dedupe looks at the whole history, tail included, for the newest copy (as Hermes does)
-  but rewrites only old copies. Results with opaque parts are never deduped: the same text
-  beside two different images is not the same output.
+  but rewrites only old copies. Copies are compared on their whole text, not on a short
+  fingerprint (Hermes keys on 12 hex digits of an MD5, where a collision would silently
+  point a result at the wrong output). Results with opaque parts are never deduped: the
+  same text beside two different images is not the same output.
+* Images and other opaque parts are never removed (Hermes replaces old screenshots by a
+  placeholder): the neutral model promises them byte for byte; dropping them is for a
+  later phase that can say so.
+* Truncated arguments are re-encoded compact (msgspec, UTF-8 unescaped), so pretty-printed
+  arguments over the limit shrink even when no string in them is long.
 * One threshold, ``result_chars`` (Hermes: 200 for both dedupe and summaries), raised to
   :data:`STAND_IN_MAX_CHARS` if set lower, so a stand-in is never itself pruned again.
 * A summary keeps the framing of the result's first text part (e.g. a cache hint), and
@@ -101,7 +109,8 @@ class PruneSettings(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         result_chars: an old tool result longer than this (in characters of text) is
             deduped or summarised; raised to :data:`STAND_IN_MAX_CHARS` if lower.
-        arguments_chars: old tool-call arguments longer than this are truncated.
+        arguments_chars: old tool-call arguments longer than this are truncated (never
+            below what a cut could shorten: ``string_chars`` plus a small margin).
         string_chars: the head kept of each long string inside truncated arguments.
     """
 
@@ -221,7 +230,7 @@ def truncate_arguments(arguments: str, settings: PruneSettings) -> str:
                 + len(_UNPARSED_KEY))
     if len(arguments) <= limit:
         return arguments
-    keep = settings.string_chars
+    keep = max(0, settings.string_chars)
     try:
         shrunk = _encode(_shrink(_decode(arguments), keep)).decode()
     except (msgspec.DecodeError, msgspec.EncodeError, RecursionError):

@@ -66,7 +66,7 @@ def clip(text: str, limit: int = STAND_IN_MAX_CHARS) -> str:
 def dedupe_note(call_id: str) -> str:
     """The stand-in of an older copy of a result whose newest copy answers ``call_id``."""
     if not call_id:
-        return "[same output as a later result of this tool]"
+        return "[same output as a later tool result]"
     return f"[same output as the later call {clip(call_id, _ID_CHARS)}]"
 
 

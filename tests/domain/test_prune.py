@@ -10,6 +10,7 @@ from sessionwarden.domain.messages import (
     Message,
     Opaque,
     Text,
+    ToolCall,
     ToolResult,
     content_hash,
     history_chars,
@@ -128,7 +129,7 @@ def test_summaries_never_raise_and_stay_one_short_line() -> None:
             line = summary(name, arguments, "z" * 5000)
             assert "\n" not in line and 0 < len(line) <= STAND_IN_MAX_CHARS
     assert len(dedupe_note("../" * 200)) <= STAND_IN_MAX_CHARS
-    assert dedupe_note("") == "[same output as a later result of this tool]"
+    assert dedupe_note("") == "[same output as a later tool result]"
     assert clip("a \n b") == "a b"
 
 
@@ -154,6 +155,28 @@ def test_a_result_with_its_own_name_or_no_call_is_summarised_generically() -> No
     out = prune(history, protect_from=2)
     assert result_text(out.messages[0]) == "[lookup] → 40 lines, 600 chars"
     assert result_text(out.messages[1]) == "[tool] → 41 lines, 601 chars"
+
+
+def test_several_results_in_one_message_find_their_own_calls() -> None:
+    """The neutral model allows it (Anthropic's user message of tool_result blocks)."""
+    calls = Message("assistant", (
+        ToolCall("a", "read_file", '{"path": "one.py"}'),
+        ToolCall("a", "terminal", '{"command": "ls"}'),  # a reused id: paired in order
+        ToolCall("b", "search_files", '{"pattern": "x"}')))
+    results = Message("user", (
+        Text("here you go"),
+        ToolResult("b", (Text(BIG + "1"),)), ToolResult("a", (Text(BIG + "2"),)),
+        ToolResult("a", (Text(BIG + "3"),)), ToolResult("a", (Text(BIG + "4"),))))
+    out = prune([calls, results], protect_from=2)
+    parts = out.messages[1].parts
+    assert parts[0] == Text("here you go")
+    assert [p.parts for p in parts[1:] if isinstance(p, ToolResult)] == [
+        (Text("[search_files] 'x' in . → 41 lines"),),
+        (Text("[read_file] one.py → 41 lines, 601 chars"),),
+        (Text("[terminal] $ ls → exit ?, 41 lines of output"),),
+        (Text("[tool] → 41 lines, 601 chars"),)]  # an orphan: no call to name it
+    assert [(e.part, e.call_id) for e in out.events] == [(1, "b"), (2, "a"), (3, "a"),
+                                                         (4, "a")]
 
 
 def test_threshold_is_never_below_a_stand_in() -> None:
