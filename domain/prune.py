@@ -233,8 +233,10 @@ def truncate_arguments(arguments: str, settings: PruneSettings) -> str:
     keep = max(0, settings.string_chars)
     try:
         shrunk = _encode(_shrink(_decode(arguments), keep)).decode()
-    except (msgspec.DecodeError, msgspec.EncodeError, RecursionError):
-        shrunk = _encode({_UNPARSED_KEY: _cut(arguments, keep)}).decode()
+    except (msgspec.DecodeError, msgspec.EncodeError, RecursionError, UnicodeEncodeError):
+        # A lone surrogate (which a lenient JSON decoder lets through) cannot be encoded.
+        head = _cut(arguments, keep).encode("utf-8", "replace").decode()
+        shrunk = _encode({_UNPARSED_KEY: head}).decode()
     return shrunk if len(shrunk) < len(arguments) else arguments
 
 

@@ -73,7 +73,7 @@ def dedupe_note(call_id: str) -> str:
 def _arguments(arguments: str) -> dict[str, Any]:
     try:
         value = _decode(arguments)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, RecursionError, UnicodeEncodeError):
         return {}
     return value if isinstance(value, dict) else {}
 

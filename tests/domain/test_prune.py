@@ -205,6 +205,14 @@ def test_invalid_json_arguments_become_a_valid_object() -> None:
                                + "…[1813 chars cut]"}
 
 
+def test_lone_surrogates_never_raise() -> None:
+    """A lenient JSON decoder (not msgspec) lets ``"\\ud800"`` through into a string."""
+    arguments = '{"path": "' + "\ud800" * 600 + '"}'
+    assert json.loads(truncate_arguments(arguments, PruneSettings())) == {
+        "unparsed_arguments": '{"path": "' + "?" * 190 + "…[412 chars cut]"}
+    assert summary("read_file", arguments, "x") == "[read_file] ? → 1 lines, 1 chars"
+
+
 def test_arguments_that_would_not_shrink_are_left() -> None:
     many = json.dumps({f"k{i}": "v" for i in range(200)}, separators=(",", ":"))
     assert truncate_arguments(many, PruneSettings()) == many
