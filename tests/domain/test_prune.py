@@ -315,11 +315,18 @@ def _opaques(message: Message) -> list[Opaque]:
     return found
 
 
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(st.lists(inner, max_size=4),
+                     st.dictionaries(st.text(max_size=5), inner, max_size=4))
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(), _containers,
+    max_leaves=20)
+
+
 @settings(max_examples=150, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(),
-                    lambda inner: st.lists(inner, max_size=4)
-                    | st.dictionaries(st.text(max_size=5), inner, max_size=4), max_leaves=20),
-       st.integers(0, 300), st.integers(0, 50))
+@given(json_values, st.integers(0, 300), st.integers(0, 50))
 def test_truncated_arguments_are_json_shorter_and_stable(value: Any, arguments_chars: int,
                                                          string_chars: int) -> None:
     limits = PruneSettings(arguments_chars=arguments_chars, string_chars=string_chars)
