@@ -19,7 +19,10 @@ Each policy has its home here (modules marked *planned* arrive with their issue)
 ``messages``       the wire-neutral conversation: parts, tool pairs, content hashes
 ``spill``          tool-result spill: thresholds, previews, the per-turn budget
 ``compression``    when to compress: the trigger, calibrated estimates, anti-thrashing
-                   (the phases themselves: *planned*)
+``prune``          compression phase 1: dedupe, one-line summaries, argument cuts
+                   (``prune_lines``: the one-line texts)
+``boundaries``     compression phases 2 and 4: where to cut, assembly, orphan repair
+                   (phase 3, the summary: *planned*)
 ``pricing``        prices and costs (*planned*)
 ``budgets``        spend caps and iteration budgets (*planned*)
 ``guardrails``     tool-loop guardrails (*planned*)
