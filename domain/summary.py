@@ -1,0 +1,326 @@
+"""Compression phase 3, the builtin summariser: a structured summary of the middle, free.
+
+Issue 11 ("Phases", item 3): the compressed middle of a history is replaced by a summary
+in a structured template, updated iteratively from the previous summary. With
+``summariser = "builtin"`` (the default) the summary is built deterministically from the
+messages themselves — no model call, zero cost, zero latency. The template's sections
+follow hermes-behaviour.md §2.6 (its fallback summary, §2.7, is the closest relative);
+the heuristics and wording are ours.
+
+:class:`Summary` holds the sections as tuples of short one-line entries; :func:`render`
+writes them as stable Markdown-ish text (a fixed header, sections in a fixed order, empty
+ones left out); :func:`bound` cuts a summary to a size; :func:`builtin_summary` builds one.
+
+The heuristics, per section (every line put on one line and clipped):
+
+* goal — the previous summary's goal if it has one, else the text of the first user
+  message of the middle with text (clipped to :data:`GOAL_CHARS`).
+* pending_asks — user messages with text not followed, later in the middle, by an
+  assistant message with text. The previous summary's asks stay pending unless the middle
+  holds an assistant text at all (it then answered them: they move to completed_actions
+  as ``Answered: <ask>``). Only the newest :data:`MAX_PENDING_ASKS` are kept.
+* completed_actions — one line per answered tool call, in the order of the results:
+  ``domain.prune_lines.summary`` (tool, target, outcome). A result answering no call is
+  summarised with its own name (or ``tool``).
+* active_state — calls still waiting for a result (``Awaiting [name] args``) and the last
+  assistant text of the middle (``Last reply: …``).
+* blocked — tool results that failed: a non-zero exit code, or a line mentioning
+  ``error``, ``traceback``, ``exception``, ``failed`` or ``fatal``; the line is the
+  call's one-line summary followed by the first such line of output.
+* decisions — sentences of assistant text with a cue word (``must``, ``don't``,
+  ``never``, ``always``, ``decided``, ``we will``, …) and sentences of user text with a
+  decision cue (``decided``, ``we will``, ``let's``, ``go with``, …).
+* constraints — sentences of user text with a constraint cue (``must``, ``don't``,
+  ``do not``, ``never``, ``always``, ``only``, ``should not``, ``make sure``, …).
+* relevant_files — paths from tool-call arguments (keys such as ``path``, ``file``,
+  ``filename``, also lists of them) and from user/assistant text (a path-like regex, URLs
+  removed first), deduplicated, in order of first appearance. Tool *output* is not read
+  for paths: a directory listing would drown the section.
+* critical_context — system-role text inside the middle and sentences with ``important``,
+  ``remember``, ``note that``, ``critical`` or ``warning``.
+
+Opaque parts (images, audio, reasoning) are ignored: nothing of them is summarised.
+
+Decisions (the issue is silent on them):
+
+* Iterative merge: every section of the new summary is the previous one's lines followed
+  by the new lines not already there (exact-match deduplication), so summarising twice
+  never loses what the first summary held — unless :func:`bound` has to cut it.
+* :func:`bound` cuts the *oldest* line of the *longest* section (in characters) until the
+  rendered text fits, never the goal or the pending asks. Those two are bounded by
+  construction (one goal line of at most :data:`GOAL_CHARS`, at most
+  :data:`MAX_PENDING_ASKS` asks of :data:`LINE_CHARS`), which is why a ``max_chars``
+  below :data:`MIN_MAX_CHARS` is read as :data:`MIN_MAX_CHARS`.
+* No secret redaction here: the summary reuses text the provider already received; the
+  wiring decides whether to redact before recording it.
+"""
+
+import re
+from collections.abc import Iterable, Sequence
+
+import msgspec
+from sessionwarden.domain import prune_lines
+from sessionwarden.domain.messages import Message, Opaque, Text, ToolCall, ToolResult
+
+__all__ = [
+    "GOAL_CHARS",
+    "HEADER",
+    "LINE_CHARS",
+    "MAX_PENDING_ASKS",
+    "MIN_MAX_CHARS",
+    "SECTIONS",
+    "Summary",
+    "bound",
+    "builtin_summary",
+    "render",
+]
+
+#: The first line of every rendered summary.
+HEADER = "[Context summary — built from earlier turns; reference only]"
+#: The longest goal line.
+GOAL_CHARS = 400
+#: The longest line of any other section built from messages.
+LINE_CHARS = 200
+#: How many pending user asks are kept (the newest).
+MAX_PENDING_ASKS = 4
+
+#: The sections, in their rendering order: (field name, heading).
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("goal", "Goal"),
+    ("constraints", "Constraints & preferences"),
+    ("completed_actions", "Completed actions"),
+    ("active_state", "Active state"),
+    ("blocked", "Blocked"),
+    ("decisions", "Key decisions"),
+    ("pending_asks", "Pending user asks"),
+    ("relevant_files", "Relevant files"),
+    ("critical_context", "Critical context"),
+)
+_KEPT = ("goal", "pending_asks")  # never cut by bound()
+
+
+class Summary(msgspec.Struct, frozen=True):
+    """A structured summary of compressed turns: each section a tuple of one-line entries."""
+
+    goal: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()
+    completed_actions: tuple[str, ...] = ()
+    active_state: tuple[str, ...] = ()
+    blocked: tuple[str, ...] = ()
+    decisions: tuple[str, ...] = ()
+    pending_asks: tuple[str, ...] = ()
+    relevant_files: tuple[str, ...] = ()
+    critical_context: tuple[str, ...] = ()
+
+
+def _section_chars(heading: str, lines: Sequence[str]) -> int:
+    """What a section adds to :func:`render`'s text (0 when empty)."""
+    if not lines:
+        return 0
+    return len("\n\n## " + heading) + sum(len(line) + 3 for line in lines)
+
+
+#: The smallest size :func:`bound` honours: the header, a full goal and a full set of asks.
+MIN_MAX_CHARS = (len(HEADER) + _section_chars("Goal", ["x" * GOAL_CHARS])
+                 + _section_chars("Pending user asks", ["x" * LINE_CHARS] * MAX_PENDING_ASKS))
+
+
+def render(summary: Summary) -> str:
+    """The summary as text, the same for equal summaries.
+
+    :data:`HEADER`, then each non-empty section as a blank line, ``## Heading`` and one
+    ``- line`` per entry, in :data:`SECTIONS` order.
+    """
+    out = [HEADER]
+    for field, heading in SECTIONS:
+        lines: tuple[str, ...] = getattr(summary, field)
+        if lines:
+            out += ["", "## " + heading]
+            out += ["- " + line for line in lines]
+    return "\n".join(out)
+
+
+def bound(summary: Summary, max_chars: int) -> Summary:
+    """``summary`` cut until ``render`` fits ``max(max_chars, MIN_MAX_CHARS)`` characters.
+
+    Drops the oldest line of the longest cuttable section, again and again; the goal and
+    the pending asks are never cut (module doc).
+    """
+    limit = max(max_chars, MIN_MAX_CHARS)
+    sections = {field: list(getattr(summary, field)) for field, _ in SECTIONS}
+    headings = dict(SECTIONS)
+    sizes = {field: _section_chars(headings[field], sections[field]) for field in sections}
+    total = len(HEADER) + sum(sizes.values())
+    cut = False
+    while total > limit:
+        candidates = [field for field, _ in SECTIONS if field not in _KEPT and sections[field]]
+        if not candidates:
+            break
+        field = max(candidates, key=lambda name: sizes[name])  # first of equals: stable
+        sections[field].pop(0)
+        total -= sizes[field]
+        sizes[field] = _section_chars(headings[field], sections[field])
+        total += sizes[field]
+        cut = True
+    if not cut:
+        return summary
+    return Summary(**{field: tuple(lines) for field, lines in sections.items()})
+
+
+# ------------------------------------------------------------------------ heuristics
+
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+_CONSTRAINT = re.compile(
+    r"\b(must|mustn't|don't|do not|never|always|only|should not|shouldn't|make sure|"
+    r"avoid|required?)\b", re.IGNORECASE)
+_DECISION = re.compile(
+    r"\b(decided|decide|we will|we'll|let's|go with|going with|chose|choose|instead of|"
+    r"plan is)\b", re.IGNORECASE)
+_CRITICAL = re.compile(r"\b(important|remember|note that|critical|warning)\b", re.IGNORECASE)
+_ERROR = re.compile(r"\b(error|traceback|exception|failed|fatal)\b", re.IGNORECASE)
+_EXIT = re.compile(r"\bexit(?:[ _]?(?:code|status))?\"?\s*[:=]?\s*(-?\d+)", re.IGNORECASE)
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+_PATH = re.compile(
+    r"(?<![\w/.~-])((?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]*\w|[\w-]+(?:\.[\w-]+)*\."
+    r"(?:py|pyi|md|rst|txt|toml|json|yaml|yml|ini|cfg|js|jsx|ts|tsx|rs|go|c|h|cpp|hpp|"
+    r"java|kt|rb|sh|sql|html|css|lock|csv|xml))(?![\w/])")
+_PATH_KEYS = ("path", "file_path", "filename", "file", "target_file", "paths", "files",
+              "filepath", "output_path", "source", "destination")
+_decode = msgspec.json.Decoder().decode
+
+
+def _text(parts: Iterable[object]) -> str:
+    return "\n".join(part.text for part in parts if isinstance(part, Text))
+
+
+def _sentences(text: str) -> list[str]:
+    return [clipped for piece in _SENTENCES.split(text)
+            if (clipped := prune_lines.clip(piece, LINE_CHARS))]
+
+
+def _argument_paths(arguments: str) -> list[str]:
+    try:
+        value = _decode(arguments)
+    except (msgspec.DecodeError, RecursionError, UnicodeEncodeError):
+        return []
+    if not isinstance(value, dict):
+        return []
+    found: list[str] = []
+    for key in _PATH_KEYS:
+        item = value.get(key)
+        for candidate in item if isinstance(item, list) else [item]:
+            if isinstance(candidate, str) and candidate.strip():
+                found.append(prune_lines.clip(candidate, LINE_CHARS))
+    return found
+
+
+def _text_paths(text: str) -> list[str]:
+    return [prune_lines.clip(match, LINE_CHARS)
+            for match in _PATH.findall(_URL.sub(" ", text))]
+
+
+def _failure(text: str) -> str:
+    """The first line of ``text`` saying the tool failed, or ``""``."""
+    for line in text.splitlines():
+        found = _EXIT.search(line)
+        if (found and found.group(1).lstrip("-") != "0") or _ERROR.search(line):
+            return prune_lines.clip(line, LINE_CHARS)
+    return ""
+
+
+class _Builder:
+    """Collects each section's new lines from the middle, deduplicated, in order."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, list[str]] = {field: [] for field, _ in SECTIONS}
+
+    def add(self, field: str, line: str) -> None:
+        if line and line not in self.lines[field]:
+            self.lines[field].append(line)
+
+    def read_text(self, role: str, text: str) -> None:
+        for sentence in _sentences(text):
+            if _CRITICAL.search(sentence):
+                self.add("critical_context", sentence)
+            if role == "user" and _CONSTRAINT.search(sentence):
+                self.add("constraints", sentence)
+            elif _DECISION.search(sentence) or (role == "assistant"
+                                                and _CONSTRAINT.search(sentence)):
+                self.add("decisions", sentence)
+        for path in _text_paths(text):
+            self.add("relevant_files", path)
+
+    def read_result(self, result: ToolResult, call: ToolCall | None) -> None:
+        name = result.name or (call.name if call else "") or "tool"
+        arguments = call.arguments if call else ""
+        output = _text(result.parts)
+        line = prune_lines.summary(name, arguments, output)
+        self.add("completed_actions", line)
+        failure = _failure(output)
+        if failure:
+            self.add("blocked", prune_lines.clip(f"{line} — {failure}", 2 * LINE_CHARS))
+
+
+def _merge(old: Sequence[str], new: Sequence[str]) -> tuple[str, ...]:
+    merged = [line for line in (" ".join(item.split()) for item in old) if line]
+    merged += [line for line in new if line not in merged]
+    return tuple(dict.fromkeys(merged))
+
+
+def builtin_summary(middle: Sequence[Message], previous: Summary | None,
+                    max_chars: int) -> Summary:
+    """The builtin summary of ``middle``, merged into ``previous``, bounded (module doc).
+
+    Deterministic, pure and total: any messages (empty, opaque-only, odd arguments) give
+    a summary whose :func:`render` is at most ``max(max_chars, MIN_MAX_CHARS)`` long.
+    """
+    previous = previous or Summary()
+    built = _Builder()
+    open_calls: dict[str, list[ToolCall]] = {}
+    asks: list[str] = []  # pending user asks of the middle, oldest first
+    first_user = ""
+    last_reply = ""
+    old_asks = [line for line in (" ".join(ask.split()) for ask in previous.pending_asks)
+                if line]
+    for message in middle:
+        text = _text(message.parts)
+        if message.role == "user" and text.strip():
+            first_user = first_user or text
+            asks.append(prune_lines.clip(text, LINE_CHARS))
+        elif message.role == "assistant" and text.strip():
+            for ask in old_asks:  # answered now: recorded where it happened
+                built.add("completed_actions", "Answered: " + ask)
+            old_asks = []
+            asks.clear()  # a reply answers every ask before it
+            last_reply = text
+        elif message.role == "system" and text.strip():
+            built.add("critical_context", prune_lines.clip(text, LINE_CHARS))
+        if message.role in ("user", "assistant"):
+            built.read_text(message.role, text)
+        for part in message.parts:
+            if isinstance(part, ToolResult):
+                waiting = open_calls.get(part.call_id)
+                built.read_result(part, waiting.pop(0) if waiting else None)
+            elif isinstance(part, ToolCall):
+                open_calls.setdefault(part.id, []).append(part)
+                for path in _argument_paths(part.arguments):
+                    built.add("relevant_files", path)
+            elif isinstance(part, Opaque):
+                continue  # carried, never summarised
+    for calls in open_calls.values():
+        for call in calls:
+            built.add("active_state", prune_lines.clip(
+                f"Awaiting [{call.name or 'tool'}] {call.arguments}", LINE_CHARS))
+    if last_reply:
+        built.add("active_state", prune_lines.clip("Last reply: " + last_reply, LINE_CHARS))
+
+    pending = list(dict.fromkeys(line for line in [*old_asks, *asks] if line))
+    goal = ([prune_lines.clip(line, GOAL_CHARS) for line in previous.goal if line.strip()][:1]
+            or ([prune_lines.clip(first_user, GOAL_CHARS)] if first_user.strip() else []))
+    fields: dict[str, tuple[str, ...]] = {}
+    for field, _ in SECTIONS:
+        fields[field] = _merge(getattr(previous, field), built.lines[field])
+    fields["goal"] = tuple(goal)
+    fields["pending_asks"] = tuple(prune_lines.clip(ask, LINE_CHARS)
+                                   for ask in pending[-MAX_PENDING_ASKS:])
+    return bound(Summary(**fields), max_chars)
