@@ -26,16 +26,18 @@ The heuristics, per section (every line put on one line and clipped):
   assistant text of the middle (``Last reply: …``).
 * blocked — tool results that failed: a non-zero exit code, or a line mentioning
   ``error``, ``traceback``, ``exception``, ``failed`` or ``fatal``; the line is the
-  call's one-line summary followed by the first such line of output.
+  call's one-line summary followed by the first such line of output. (A search whose
+  hits mention ``error`` is a false positive; cheap to read past, costly to miss.)
 * decisions — sentences of assistant text with a cue word (``must``, ``don't``,
   ``never``, ``always``, ``decided``, ``we will``, …) and sentences of user text with a
   decision cue (``decided``, ``we will``, ``let's``, ``go with``, …).
 * constraints — sentences of user text with a constraint cue (``must``, ``don't``,
   ``do not``, ``never``, ``always``, ``only``, ``should not``, ``make sure``, …).
 * relevant_files — paths from tool-call arguments (keys such as ``path``, ``file``,
-  ``filename``, also lists of them) and from user/assistant text (a path-like regex, URLs
-  removed first), deduplicated, in order of first appearance. Tool *output* is not read
-  for paths: a directory listing would drown the section.
+  ``filename``, also lists of them) and from user/assistant text (a rooted path, or one
+  ending in a known extension; URLs removed first, and a bare ``a/b`` is left out as too
+  often prose), deduplicated, in order of first appearance. Tool *output* is not read for
+  paths: a directory listing would drown the section.
 * critical_context — system-role text inside the middle and sentences with ``important``,
   ``remember``, ``note that``, ``critical`` or ``warning``.
 
@@ -180,10 +182,13 @@ _CRITICAL = re.compile(r"\b(important|remember|note that|critical|warning)\b", r
 _ERROR = re.compile(r"\b(error|traceback|exception|failed|fatal)\b", re.IGNORECASE)
 _EXIT = re.compile(r"\bexit(?:[ _]?(?:code|status))?\"?\s*[:=]?\s*(-?\d+)", re.IGNORECASE)
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+# A path is rooted (``/etc/hosts``, ``./run.sh``, ``~/x``) or ends in a known extension
+# (``src/app.py``, ``README.md``): a bare ``a/b`` is too often prose (``and/or``).
+_EXTENSION = (r"\.(?:py|pyi|md|rst|txt|toml|json|yaml|yml|ini|cfg|js|jsx|ts|tsx|rs|go|c|h|"
+              r"cpp|hpp|java|kt|rb|sh|sql|html|css|lock|csv|xml|log|env)")
 _PATH = re.compile(
-    r"(?<![\w/.~-])((?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]*\w|[\w-]+(?:\.[\w-]+)*\."
-    r"(?:py|pyi|md|rst|txt|toml|json|yaml|yml|ini|cfg|js|jsx|ts|tsx|rs|go|c|h|cpp|hpp|"
-    r"java|kt|rb|sh|sql|html|css|lock|csv|xml))(?![\w/])")
+    r"(?<![\w/.~-])((?:~|\.{1,2})?/(?:[\w.-]+/)*[\w.-]*\w"
+    r"|(?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*" + _EXTENSION + r")(?![\w/])")
 _PATH_KEYS = ("path", "file_path", "filename", "file", "target_file", "paths", "files",
               "filepath", "output_path", "source", "destination")
 _decode = msgspec.json.Decoder().decode
@@ -232,11 +237,12 @@ class _Builder:
     """Collects each section's new lines from the middle, deduplicated, in order."""
 
     def __init__(self) -> None:
-        self.lines: dict[str, list[str]] = {field: [] for field, _ in SECTIONS}
+        # dicts as ordered sets: a long middle has thousands of lines to deduplicate
+        self.lines: dict[str, dict[str, None]] = {field: {} for field, _ in SECTIONS}
 
     def add(self, field: str, line: str) -> None:
-        if line and line not in self.lines[field]:
-            self.lines[field].append(line)
+        if line:
+            self.lines[field].setdefault(line)
 
     def read_text(self, role: str, text: str) -> None:
         for sentence in _sentences(text):
@@ -262,9 +268,8 @@ class _Builder:
 
 
 def _merge(old: Sequence[str], new: Sequence[str]) -> tuple[str, ...]:
-    merged = [line for line in (" ".join(item.split()) for item in old) if line]
-    merged += [line for line in new if line not in merged]
-    return tuple(dict.fromkeys(merged))
+    flat = (" ".join(item.split()) for item in old)
+    return tuple(dict.fromkeys([*(line for line in flat if line), *new]))
 
 
 def builtin_summary(middle: Sequence[Message], previous: Summary | None,

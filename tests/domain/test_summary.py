@@ -143,10 +143,11 @@ def test_relevant_files_from_arguments_and_text_in_first_order() -> None:
         result("c1", "Wrote src/other.py"),  # tool output is not read for paths
         call("c2", "read_many", '{"paths": ["a/b.rs", "src/new.py"]}'),
         result("c2", "…"),
-        {"role": "assistant", "content": "Updated src/new.py and pyproject.toml."},
+        {"role": "assistant", "content": "Updated src/new.py and pyproject.toml. Check "
+                                         "/etc/hosts and ./run.sh, and/or client/server."},
     ])
     assert summary.relevant_files == ("docs/guide.md", "src/new.py", "a/b.rs",
-                                      "pyproject.toml")
+                                      "pyproject.toml", "/etc/hosts", "./run.sh")
 
 
 def test_critical_context_from_system_text_and_cues() -> None:
