@@ -267,7 +267,7 @@ class _Builder:
             self.add("blocked", prune_lines.clip(f"{line} — {failure}", 2 * LINE_CHARS))
 
 
-def _merge(old: Sequence[str], new: Sequence[str]) -> tuple[str, ...]:
+def _merge(old: Iterable[str], new: Iterable[str]) -> tuple[str, ...]:
     flat = (" ".join(item.split()) for item in old)
     return tuple(dict.fromkeys([*(line for line in flat if line), *new]))
 
