@@ -47,7 +47,10 @@ Decisions (the issue is silent on them):
 
 * Iterative merge: every section of the new summary is the previous one's lines followed
   by the new lines not already there (exact-match deduplication), so summarising twice
-  never loses what the first summary held — unless :func:`bound` has to cut it.
+  never loses what the first summary held — unless :func:`bound` has to cut it. This
+  holds for active_state too, so it keeps older ``Last reply``/``Awaiting`` lines (the
+  newest last); a call answered only in a later middle leaves its ``Awaiting`` line, and
+  its result is summarised by the result's own name.
 * :func:`bound` cuts the *oldest* line of the *longest* section (in characters) until the
   rendered text fits, never the goal or the pending asks. Those two are bounded by
   construction (one goal line of at most :data:`GOAL_CHARS`, at most

@@ -287,3 +287,21 @@ def test_summarising_a_summary_again_with_nothing_new_changes_nothing(
         history: list[Message]) -> None:
     summary = builtin_summary(history, None, BIG)
     assert builtin_summary([], summary, BIG) == summary
+
+
+def test_a_hand_made_previous_is_flattened_and_blank_lines_dropped() -> None:
+    previous = Summary(goal=("", "Ship\nit"), decisions=("keep\n  SQLite", "  "),
+                       pending_asks=("why\tnot?",))
+    summary = builtin_summary([], previous, BIG)
+    assert summary == Summary(goal=("Ship it",), decisions=("keep SQLite",),
+                              pending_asks=("why not?",))
+
+
+def test_legacy_calls_without_ids_pair_in_order() -> None:
+    summary = summarise([
+        {"role": "assistant", "content": None,
+         "function_call": {"name": "bash", "arguments": '{"command": "ls"}'}},
+        {"role": "function", "name": "bash", "content": "a.py"},
+    ])
+    assert summary.completed_actions == ("[bash] $ ls → exit ?, 1 lines of output",)
+    assert summary.active_state == ()
