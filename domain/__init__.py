@@ -22,7 +22,8 @@ Each policy has its home here (modules marked *planned* arrive with their issue)
 ``prune``          compression phase 1: dedupe, one-line summaries, argument cuts
                    (``prune_lines``: the one-line texts)
 ``boundaries``     compression phases 2 and 4: where to cut, assembly, orphan repair
-                   (phase 3, the summary: *planned*)
+``summary``        compression phase 3: the builtin structured summary (the model
+                   summariser: *planned*)
 ``pricing``        prices and costs (*planned*)
 ``budgets``        spend caps and iteration budgets (*planned*)
 ``guardrails``     tool-loop guardrails (*planned*)
