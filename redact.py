@@ -92,9 +92,9 @@ class _Compiled:
         # Longest first, so a secret that contains another is replaced as a whole.
         ordered = sorted(set(secrets), key=lambda s: (-len(s), s))
         self.text_repl = {s: placeholder(s) for s in ordered}
-        self.bytes_repl = {
-            s.encode("utf-8", "surrogatepass"): r.encode("ascii") for s, r in self.text_repl.items()
-        }
+        # The bytes pattern names each secret's group: its replacement, by group name.
+        self.bytes_repl = {f"s{i}": placeholder(s).encode("ascii")
+                           for i, s in enumerate(ordered)}
         self.text_re: re.Pattern[str] | None = None
         self.bytes_re: re.Pattern[bytes] | None = None
         if ordered:
@@ -104,8 +104,6 @@ class _Compiled:
             # raw and escaped characters, and the group says which secret it was.
             self.bytes_re = re.compile(b"|".join(
                 b"(?P<s%d>%s)" % (i, _escapable(s)) for i, s in enumerate(ordered)))
-            self.bytes_repl = {f"s{i}".encode(): placeholder(s).encode("ascii")
-                               for i, s in enumerate(ordered)}
         self.raw = tuple(s.encode("utf-8", "surrogatepass") for s in ordered)
 
     def sub_bytes(self, data: bytes) -> bytes:
@@ -119,7 +117,7 @@ class _Compiled:
         if not any(secret in probe for secret in self.raw):
             return data
         repl = self.bytes_repl
-        return self.bytes_re.sub(lambda m: repl[(m.lastgroup or "").encode()], data)
+        return self.bytes_re.sub(lambda m: repl[m.lastgroup or ""], data)
 
 
 _ASCII_ESCAPE = re.compile(rb"\\u00([2-7][0-9A-Fa-f])")

@@ -28,6 +28,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from loguru import logger
+from sessionwarden.cmd.terminal import printable
 from sessionwarden.events import CallCompleted
 
 __all__ = ["AccessEntry", "access_logged", "note_call", "note_completion", "note_error"]
@@ -45,7 +46,7 @@ def _safe(text: str) -> str:
     """``text`` bounded, with control characters escaped: one log line stays one line."""
     if len(text) > _MAX_TEXT:
         text = text[: _MAX_TEXT - 1] + "…"
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return printable(text)
 
 
 class AccessEntry:

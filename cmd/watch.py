@@ -31,15 +31,12 @@ class ClientWatch:
         """Start listening on ``receive`` (the request body must have been read)."""
         loop = asyncio.get_running_loop()
         self.gone = loop.create_future()  # resolved (None) when the client leaves
-        self._callbacks: list[Callable[[], None]] = []
         self._task = loop.create_task(self._listen(receive))
 
     async def _listen(self, receive: ASGIReceive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
         self.gone.set_result(None)
-        for callback in self._callbacks:
-            callback()
 
     @property
     def left(self) -> bool:
@@ -47,11 +44,8 @@ class ClientWatch:
         return self.gone.done()
 
     def on_gone(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` when the client leaves (at once if it already has)."""
-        if self.left:
-            callback()
-        else:
-            self._callbacks.append(callback)
+        """Call ``callback`` (from the loop) when the client leaves, or soon if it has."""
+        self.gone.add_done_callback(lambda _: callback())
 
     async def race(self, step: Awaitable[T]) -> T:
         """``step``'s result, unless the client leaves first: then ``step`` is cancelled.
