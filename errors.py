@@ -26,7 +26,8 @@ it into a short message instead of a traceback. The whole tree::
     ├── sessionwarden.domain.errors.DomainError      policy
     │   ├── UsageRejected
     │   ├── NoCredential
-    │   └── UnknownCall
+    │   ├── UnknownCall
+    │   └── BrokenChain
     ├── sessionwarden.actors.errors.ActorError       the actor shells
     │   ├── ActorUnavailable
     │   └── ActorCrash

@@ -25,6 +25,7 @@ __all__ = [
     "Leased",
     "NeedsWork",
     "Release",
+    "RequestCompaction",
     "Resume",
     "UnusableProviders",
     "new_event",
@@ -91,6 +92,18 @@ class Complete(msgspec.Struct, frozen=True):
     outcome: CallOutcome
     limits: RateLimitSnapshot | None = None
     parts: tuple[StreamAppend, ...] = ()
+
+
+class RequestCompaction(msgspec.Struct, frozen=True):
+    """Compress ``session_id`` at its next call, around ``focus`` (the control API).
+
+    Reply: True once CompactionRequested is durable; False if the session is unknown.
+    The daemon holds hashes of a stateless client's history, not the history itself, so
+    "now" is the next call: the request that brings the history.
+    """
+
+    session_id: str
+    focus: str = ""
 
 
 class UnusableProviders(msgspec.Struct, frozen=True):

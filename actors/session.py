@@ -33,6 +33,7 @@ from sessionwarden.actors.messages import (
     Admit,
     Complete,
     NeedsWork,
+    RequestCompaction,
     Resume,
     new_event,
 )
@@ -43,7 +44,7 @@ from sessionwarden.domain.calls import complete_call
 from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.domain.session import OpenCall, SessionState, session_stream
 from sessionwarden.domain.stages import default_pipeline
-from sessionwarden.events import SessionStarted
+from sessionwarden.events import CompactionRequested, SessionStarted
 from sessionwarden.redact import default_redactor
 from sessionwarden.store import ANY, NO_STREAM, EventLog, StreamAppend
 from sessionwarden.store.errors import IdempotencyConflict, StoreError, WrongExpectedVersion
@@ -108,7 +109,7 @@ class SessionActor(GovernedActor):
         self.passivated = 0
 
     def handle(self, message: object, reply: Reply) -> object:
-        """Dispatch Admit, Resume, Abandon, Complete and the writer's reports."""
+        """Dispatch Admit, Resume, Abandon, Complete, RequestCompaction, the writer's reports."""
         if isinstance(message, Admit):
             state = self._get(message.request.session_id)
             verdict = self._pipeline.run(state, message.request, self._clock.now())
@@ -122,6 +123,8 @@ class SessionActor(GovernedActor):
             state = self._get(message.session_id)
             verdict = self._pipeline.resume(pending, message.result, state, self._clock.now())
             return self._conclude(state, verdict, reply)
+        if isinstance(message, RequestCompaction):
+            return self._request_compaction(message, reply)
         if isinstance(message, Abandon):
             self._pending.pop(message.call_id, None)
             return None
@@ -223,6 +226,16 @@ class SessionActor(GovernedActor):
         part = StreamAppend(session_stream(state.session_id),
                             (new_event(event, idempotency_key=f"done:{event.call_id}"),), ANY)
         self._append(state.session_id, [part, *message.parts], reply, event)
+        return PENDING
+
+    def _request_compaction(self, message: RequestCompaction, reply: Reply) -> object:
+        state = self._get(message.session_id)
+        if not state.started:
+            return False
+        event = CompactionRequested(focus=message.focus)
+        state.fold(event)
+        part = StreamAppend(session_stream(state.session_id), (new_event(event),), ANY)
+        self._append(state.session_id, [part], reply, True)
         return PENDING
 
     # -- appends ---------------------------------------------------------------------------

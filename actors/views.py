@@ -27,7 +27,8 @@ from sessionwarden.store import RecordedEvent
 __all__ = ["CredentialsView", "LedgerView", "RateLimitsView", "SessionsView"]
 
 _STARTED = SessionStarted.type_tag()
-_ADMITTED = CallAdmitted.type_tag()
+# Logs of schema 3 hold CallAdmitted v2 rows too: a view rebuilt from them must count them.
+_ADMITTED = frozenset({CallAdmitted.type_tag(), "session.call_admitted.v2"})
 _REFUSED = CallRefused.type_tag()
 _COMPLETED = CallCompleted.type_tag()
 _CREDENTIAL_TYPES = frozenset({CredentialAdded.type_tag(), CredentialRemoved.type_tag(),
@@ -54,13 +55,17 @@ class SessionsView:
         """Fold session events."""
         for e in events:
             kind = e.type
-            if kind not in (_ADMITTED, _COMPLETED, _STARTED, _REFUSED):
+            if kind not in _ADMITTED and kind not in (_COMPLETED, _STARTED, _REFUSED):
                 continue
             session_id = session_id_of(e.stream)
             if session_id is None:
                 continue
             event = CODEC.decode(kind, e.data)
-            if isinstance(event, CallAdmitted):
+            if isinstance(event, CallAdmitted) and event.purpose:
+                # A side call (the summariser's) counts, but names another model.
+                conn.execute("UPDATE view_sessions SET calls = calls + 1, last_at = ?"
+                             " WHERE session_id = ?", (e.recorded_at, session_id))
+            elif isinstance(event, CallAdmitted):
                 conn.execute(
                     "UPDATE view_sessions SET calls = calls + 1, model = ?, last_at = ?"
                     " WHERE session_id = ?",
@@ -120,7 +125,7 @@ class LedgerView:
         """Fold CallAdmitted and CallCompleted."""
         for e in events:
             kind = e.type
-            if kind != _ADMITTED and kind != _COMPLETED:
+            if kind not in _ADMITTED and kind != _COMPLETED:
                 continue
             session_id = session_id_of(e.stream)
             if session_id is None:

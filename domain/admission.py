@@ -151,7 +151,14 @@ class Pipeline:
         self.stages = tuple(stages)
 
     def run(self, state: SessionState, request: CallRequest, now: datetime) -> Verdict:
-        """Run every stage from the first."""
+        """Run every stage from the first; a side call of the daemon's own skips them all.
+
+        A side call (the model summariser's) is admitted so it is recorded before it is
+        sent and metered like any call, but it is not governed: its request is the
+        daemon's, built within bounds, and governing it would recurse.
+        """
+        if request.purpose:
+            return Admitted(request, ())
         return self._from(0, state, request, (), now)
 
     def resume(self, pending: Pending, result: object, state: SessionState,
@@ -194,6 +201,7 @@ def verdict_events(state: SessionState, verdict: Admitted | Refused) -> list[Eve
             call_id=request.call_id, provider=request.provider, model=request.model,
             message_count=request.shape.message_count,
             estimated_tokens=request.estimated_tokens, stream=request.shape.stream,
+            purpose=request.purpose, parent_call=request.parent_call,
         ))
     else:
         events.append(CallRefused(call_id=request.call_id, stage=verdict.stage,

@@ -52,6 +52,9 @@ class CallRequest(msgspec.Struct, frozen=True):
     ``body`` is the decoded wire body. It is handed over with the request: the proxy does
     not touch it until admission replies, and a stage that rewrites it returns a new
     :class:`CallRequest` with a new body, never mutating the old one.
+
+    ``purpose`` ``"summary"`` marks a side call the daemon makes itself (the model
+    summariser) for the call ``parent_call``: admitted and metered, never governed.
     """
 
     call_id: str
@@ -62,6 +65,8 @@ class CallRequest(msgspec.Struct, frozen=True):
     shape: RequestShape
     body: Any
     client: str = ""
+    purpose: str = ""
+    parent_call: str = ""
 
     @property
     def estimated_tokens(self) -> int:

@@ -7,12 +7,13 @@ The tree::
         ├── UsageRejected     a provider usage block that cannot be trusted (the caller
         │                     records the rejection and estimates the usage instead)
         ├── NoCredential      a provider has no usable key in its pool
-        └── UnknownCall       a completion or resumption names a call that is not open
+        ├── UnknownCall       a completion or resumption names a call that is not open
+        └── BrokenChain       a recorded request refers to a call whose record is missing
 """
 
 from sessionwarden.errors import SessionwardenError
 
-__all__ = ["DomainError", "NoCredential", "UnknownCall", "UsageRejected"]
+__all__ = ["BrokenChain", "DomainError", "NoCredential", "UnknownCall", "UsageRejected"]
 
 
 class DomainError(SessionwardenError):
@@ -49,3 +50,7 @@ class UnknownCall(DomainError):
         super().__init__(f"call {call_id}: {state}")
         self.call_id = call_id
         self.state = state
+
+
+class BrokenChain(DomainError):
+    """A RequestRecorded refers to a call whose own record is missing or too short."""

@@ -13,6 +13,7 @@ from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
     CallRefused,
+    CompactionRequested,
     Event,
     SessionStarted,
 )
@@ -49,9 +50,10 @@ class SessionState:
         calls: calls admitted so far.
         refused: calls the pipeline refused so far.
         open: admitted calls without a completion yet, by call id.
+        compaction: the focus of a compaction asked for and not yet done (None: none).
     """
 
-    __slots__ = ("calls", "open", "refused", "session_id", "started")
+    __slots__ = ("calls", "compaction", "open", "refused", "session_id", "started")
 
     def __init__(self, session_id: str, *, started: bool = False, calls: int = 0,
                  refused: int = 0, open_calls: dict[str, OpenCall] | None = None) -> None:
@@ -61,6 +63,7 @@ class SessionState:
         self.calls = calls
         self.refused = refused
         self.open: dict[str, OpenCall] = dict(open_calls or {})
+        self.compaction: str | None = None
 
     def fold(self, event: Event) -> None:
         """Apply one of the session's events."""
@@ -74,6 +77,8 @@ class SessionState:
             self.refused += 1
         elif isinstance(event, SessionStarted):
             self.started = True
+        elif isinstance(event, CompactionRequested):
+            self.compaction = event.focus
 
     def __repr__(self) -> str:
         return (f"SessionState({self.session_id!r}, started={self.started}, "

@@ -10,6 +10,15 @@ them, and those are refused when opened, so the codec does not read them.
 
 from sessionwarden.events.base import Event, parse_tag
 from sessionwarden.events.codec import EncodedEvent, EventCodec, Upcaster
+from sessionwarden.events.context import (
+    CompactionRequested,
+    ContentRef,
+    ContextCompressed,
+    HistoryReset,
+    RequestRecorded,
+    SummariserFailed,
+    ToolResultSpilled,
+)
 from sessionwarden.events.credentials import (
     CREDENTIAL_UPCASTERS,
     CredentialAdded,
@@ -39,6 +48,9 @@ __all__ = [
     "CallAdmitted",
     "CallCompleted",
     "CallRefused",
+    "CompactionRequested",
+    "ContentRef",
+    "ContextCompressed",
     "CredentialAdded",
     "CredentialRemoved",
     "EncodedEvent",
@@ -46,9 +58,13 @@ __all__ = [
     "EventCodec",
     "EventDecodeError",
     "EventError",
+    "HistoryReset",
     "RateLimitBucketSeen",
     "RateLimitsObserved",
+    "RequestRecorded",
     "SessionStarted",
+    "SummariserFailed",
+    "ToolResultSpilled",
     "UnknownEventType",
     "Upcaster",
     "WalCheckpointed",
@@ -61,6 +77,12 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     CallAdmitted,
     CallRefused,
     CallCompleted,
+    RequestRecorded,
+    ToolResultSpilled,
+    HistoryReset,
+    ContextCompressed,
+    SummariserFailed,
+    CompactionRequested,
     CredentialAdded,
     CredentialRemoved,
     RateLimitsObserved,

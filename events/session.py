@@ -49,6 +49,7 @@ SESSION_UPCASTERS = (
     Upcaster("session.started.v1", "session.started.v2", _started_v1_to_v2),
     Upcaster("session.started.v2", "session.started.v3", _drop_session_id),
     Upcaster("session.call_admitted.v1", "session.call_admitted.v2", _drop_session_id),
+    Upcaster("session.call_admitted.v2", "session.call_admitted.v3", dict),
 )
 
 
@@ -56,10 +57,13 @@ class CallAdmitted(Event, frozen=True):
     """A call passed the admission pipeline; it is recorded before it is sent upstream.
 
     ``estimated_tokens`` is our estimate of the prompt, used when the provider reports no
-    usage. Version 2 dropped ``session_id`` (the stream names it) and the in-payload tag.
+    usage. ``purpose`` is ``""`` for a client's call and ``"summary"`` for a side call the
+    daemon made itself (the model summariser) for the call ``parent_call``: metered in the
+    ledger like any call, but not governed. Version 2 dropped ``session_id`` (the stream
+    names it) and the in-payload tag; version 3 added ``purpose`` and ``parent_call``.
     """
 
-    TAG: ClassVar[str] = "session.call_admitted.v2"
+    TAG: ClassVar[str] = "session.call_admitted.v3"
 
     call_id: str
     provider: str
@@ -67,6 +71,8 @@ class CallAdmitted(Event, frozen=True):
     message_count: int = 0
     estimated_tokens: int = 0
     stream: bool = False
+    purpose: str = ""
+    parent_call: str = ""
 
 
 class CallRefused(Event, frozen=True):

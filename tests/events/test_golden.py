@@ -21,13 +21,19 @@ from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
     CallRefused,
+    CompactionRequested,
+    ContextCompressed,
     CredentialAdded,
     CredentialRemoved,
     Event,
     EventDecodeError,
+    HistoryReset,
     RateLimitBucketSeen,
     RateLimitsObserved,
+    RequestRecorded,
     SessionStarted,
+    SummariserFailed,
+    ToolResultSpilled,
     UnknownEventType,
     WalCheckpointed,
     parse_tag,
@@ -54,6 +60,11 @@ EXPECTED: dict[str, Event] = {
         call_id="c3vd2xk7m4qa5bde", provider="openai", model="gpt-4.1",
         message_count=40, estimated_tokens=51234, stream=True,
     ),
+    "session.call_admitted.v3": CallAdmitted(
+        call_id="c3vd2xk7m4qa5bdh", provider="openai", model="gpt-4.1-mini",
+        message_count=3, estimated_tokens=4100, stream=True, purpose="summary",
+        parent_call="c3vd2xk7m4qa5bdg",
+    ),
     "session.call_refused.v1": CallRefused(
         call_id="c3vd2xk7m4qa5bdf", stage="validation", status=400,
         reason="'messages' must contain at least one message", code="empty_messages",
@@ -65,6 +76,30 @@ EXPECTED: dict[str, Event] = {
         flags=("rejected:prompt_tokens",), raw_usage='{"prompt_tokens":-1}',
         retry_after_seconds=12.5, error="rate limited", cost="0.0123", cost_status="actual",
     ),
+    "session.request_recorded.v1": RequestRecorded(
+        call_id="c3vd2xk7m4qa5bdg", fields=("0f" * 16, 61), items_key="input",
+        system=(("1a" * 16, 120),), base="c3vd2xk7m4qa5bdf", kept=40,
+        appended=(("2b" * 16, 310), ("3c" * 16, 1502)), stored=False,
+    ),
+    "context.tool_result_spilled.v1": ToolResultSpilled(
+        call_id="c3vd2xk7m4qa5bdg", message=41, tool="terminal", reason="turn",
+        file="4d" * 16 + ".txt", chars=150_000, bytes=150_210, preview_chars=1480,
+        truncated=True, error="disk full",
+    ),
+    "context.history_reset.v1": HistoryReset(
+        call_id="c3vd2xk7m4qa5bdg", reason="message 12 was edited", matched=12,
+    ),
+    "context.compressed.v1": ContextCompressed(
+        call_id="c3vd2xk7m4qa5bdg", trigger="requested", summariser="builtin-fallback",
+        model="openai/gpt-4.1-mini", focus="the failing test", source="real",
+        tokens_before=70_000, tokens_after=21_000, threshold=64_000, messages_before=160,
+        messages_after=24, summarised=130, pruned=17, summary=("5e" * 16, 2400),
+    ),
+    "context.summariser_failed.v1": SummariserFailed(
+        call_id="c3vd2xk7m4qa5bdg", model="openai/gpt-4.1-mini", reason="upstream 503",
+        action="abort", cooldown_s=60.0,
+    ),
+    "context.compaction_requested.v1": CompactionRequested(focus="the database schema"),
     "credential.added.v1": CredentialAdded(
         provider="openai", ref="env:OPENAI_API_KEY", fingerprint="fp:1a2b", source="cli"
     ),
@@ -106,6 +141,10 @@ RETIRED_PAYLOADS: dict[str, bytes] = {
         b'{"type":"session.call_admitted.v1","call_id":"call-1","session_id":"sess-2",'
         b'"provider":"anthropic","model":"claude-sonnet","message_count":12,'
         b'"estimated_tokens":34567,"stream":true}'
+    ),
+    "session.call_admitted.v2": (
+        b'{"call_id":"c3vd2xk7m4qa5bde","provider":"openai","model":"gpt-4.1",'
+        b'"message_count":40,"estimated_tokens":51234,"stream":true}'
     ),
     "credential.added.v1": (
         b'{"type":"credential.added.v1","provider":"openai","ref":"env:OPENAI_API_KEY",'

@@ -1,0 +1,153 @@
+"""Events of context governance: what the daemon did to a session's history, and why.
+
+Stream ``session-<id>``, between a call's CallAdmitted's predecessors: the events of a
+call's governance are appended in the same atomic append as its CallAdmitted (they are
+decided by the same admission), so a call that was sent has its decisions recorded.
+
+- :class:`RequestRecorded` says exactly what went upstream, by content keys (the
+  content itself is stored once, content-addressed, in the same transaction);
+- :class:`ToolResultSpilled` a tool result replaced by a preview (or, when the spill
+  file could not be written, truncated inline);
+- :class:`HistoryReset` a resent history that no longer matched the governed one;
+- :class:`ContextCompressed` a compression and what it saved;
+- :class:`SummariserFailed` the model summariser failing, and the cooldown it caused;
+- :class:`CompactionRequested` a compaction asked for through the control API.
+
+Content keys are :func:`sessionwarden.domain.transcript.content_key` of the bytes (32
+hex characters); a message is referred to as ``(key, size in bytes)``.
+"""
+
+from typing import ClassVar
+
+from sessionwarden.events.base import Event
+
+__all__ = [
+    "CompactionRequested",
+    "ContentRef",
+    "ContextCompressed",
+    "HistoryReset",
+    "RequestRecorded",
+    "SummariserFailed",
+    "ToolResultSpilled",
+]
+
+#: A stored content: its key and its size in bytes.
+ContentRef = tuple[str, int]
+
+
+class RequestRecorded(Event, frozen=True):
+    """The request a call sent upstream, rebuilt from content keys.
+
+    The forwarded body is ``fields`` (a JSON object: every field but the conversation)
+    with ``items_key`` (``"messages"``) set to the system messages of this request, then
+    the governed history: the first ``kept`` governed messages of the call ``base`` (its
+    own RequestRecorded, recursively) followed by ``appended``. Between two compressions
+    the governed history only grows, so each call records only what it added: the log
+    grows with the session's distinct content, not with its square. ``base`` is ``""``
+    for a call whose governed history starts afresh (the first, after a reset, after a
+    compression). ``stored`` is False when message recording is off: then only keys and
+    sizes are known.
+    """
+
+    TAG: ClassVar[str] = "session.request_recorded.v1"
+
+    call_id: str
+    fields: ContentRef
+    items_key: str = "messages"
+    system: tuple[ContentRef, ...] = ()
+    base: str = ""
+    kept: int = 0
+    appended: tuple[ContentRef, ...] = ()
+    stored: bool = True
+
+
+class ToolResultSpilled(Event, frozen=True):
+    """A tool result over its limit was replaced by a preview and a note.
+
+    ``message`` is its position in the client's request; ``tool`` the tool's name;
+    ``reason`` ``"result"`` (over its own limit) or ``"turn"`` (the turn's budget);
+    ``file`` the spill file's name (its content hash, never a client-supplied id),
+    ``chars`` / ``bytes`` the full result's size; ``preview_chars`` what was kept.
+    ``truncated`` True: the spill file could not be written (``error`` says why), so the
+    result was cut inline with an explicit marker instead.
+    """
+
+    TAG: ClassVar[str] = "context.tool_result_spilled.v1"
+
+    call_id: str
+    message: int
+    tool: str = ""
+    reason: str = "result"
+    file: str = ""
+    chars: int = 0
+    bytes: int = 0
+    preview_chars: int = 0
+    truncated: bool = False
+    error: str = ""
+
+
+class HistoryReset(Event, frozen=True):
+    """A resent history no longer matched the governed one: governance starts afresh.
+
+    ``matched`` is how many of the governed history's client messages still matched;
+    ``reason`` says what differed (edited, compacted by the client, shorter, the daemon
+    restarted).
+    """
+
+    TAG: ClassVar[str] = "context.history_reset.v1"
+
+    call_id: str
+    reason: str
+    matched: int = 0
+
+
+class ContextCompressed(Event, frozen=True):
+    """The session's history was compressed before this call was sent.
+
+    ``trigger``: ``"threshold"`` or ``"requested"`` (control API, with ``focus``);
+    ``summariser``: ``"builtin"`` or ``"model"`` (``model`` names it), or
+    ``"builtin-fallback"`` when the model failed; ``tokens_before`` / ``tokens_after``
+    are the best figures (``source`` ``real`` or ``estimated``) against ``threshold``;
+    ``summarised`` messages went into the summary (``summary``: its content key),
+    ``pruned`` tool outputs were shortened in phase 1.
+    """
+
+    TAG: ClassVar[str] = "context.compressed.v1"
+
+    call_id: str
+    trigger: str = "threshold"
+    summariser: str = "builtin"
+    model: str = ""
+    focus: str = ""
+    source: str = "estimated"
+    tokens_before: int = 0
+    tokens_after: int = 0
+    threshold: int = 0
+    messages_before: int = 0
+    messages_after: int = 0
+    summarised: int = 0
+    pruned: int = 0
+    summary: ContentRef = ("", 0)
+
+
+class SummariserFailed(Event, frozen=True):
+    """The model summariser failed: ``action`` ``"fallback"`` or ``"abort"`` was taken.
+
+    ``cooldown_s``: the model summariser is not tried again for this long.
+    """
+
+    TAG: ClassVar[str] = "context.summariser_failed.v1"
+
+    call_id: str
+    model: str
+    reason: str
+    action: str = "fallback"
+    cooldown_s: float = 0.0
+
+
+class CompactionRequested(Event, frozen=True):
+    """The control API asked to compress the session at its next call (``focus``: a topic)."""
+
+    TAG: ClassVar[str] = "context.compaction_requested.v1"
+
+    focus: str = ""
