@@ -208,6 +208,10 @@ class SessionActor(GovernedActor):
             state.fold(event)
         answer: object
         if isinstance(verdict, Admitted):
+            if verdict.request.context is not None:
+                # Adopted with the events: should the append fail, the actor restarts
+                # and the session is loaded afresh, without it.
+                state.adopt(verdict.request.context)
             answer = AdmissionGranted(verdict.request)
         else:
             answer = AdmissionRefused(verdict.status, verdict.message, verdict.code,

@@ -88,6 +88,9 @@ async def chat_completions(
         await send_error(send, 501, f"provider {provider.name!r} uses api_mode "
                          f"{provider.api_mode!r}, which the proxy cannot translate yet")
         return
+    # What is recorded at admission is what is sent: the fields as upstream gets them.
+    payload.fields_bytes, injected = adapter.upstream_fields(
+        payload.fields, upstream_model, shape.stream)
     call = ProxiedCall(session_id, provider, upstream_model, shape.stream)
     call_request = CallRequest(
         call_id=call.call_id, session_id=session_id, provider=provider.name,
@@ -127,7 +130,8 @@ async def chat_completions(
         await send_error(send, 503, str(exc), kind="server_error", code="no_credential")
         return
     assert call.lease is not None
-    upstream_body, injected = adapter.upstream_body(verdict.request)
+    sent = verdict.request.body
+    upstream_body = adapter.upstream_body(sent.fields_bytes, sent.items)
     out_headers = forwarded_headers(headers, adapter.auth_headers(call.lease.secret))
     try:
         await _forward(rt, call, adapter, upstream_body, out_headers, injected, receive, send)

@@ -13,6 +13,7 @@ was admitted but never completed (the daemon died while it was in flight) with o
 """
 
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +28,19 @@ from sessionwarden.actors.session import SessionActor, session_shard
 from sessionwarden.actors.shells import CompressorActor, UsageLedgerActor
 from sessionwarden.actors.supervisor import ActorSpec, Supervisor
 from sessionwarden.clock import Clock, SystemClock
+from sessionwarden.cmd.spills import write_spills
 from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.config import Config, ProviderConfig, find_model
 from sessionwarden.domain.admission import Pipeline
 from sessionwarden.domain.calls import CallOutcome
 from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.domain.spill_turns import SpillWork
 from sessionwarden.domain.stages import default_pipeline
 from sessionwarden.store import EventLog
+from sessionwarden.store.spill import SpillStore, default_spill_dir
 from sessionwarden.upstream.client import UpstreamClient
 
-__all__ = ["Performer", "Runtime"]
+__all__ = ["Performer", "Runtime", "spill_directory"]
 
 #: At most this many resolved model names are remembered.
 _MAX_ROUTES = 1024
@@ -46,6 +50,18 @@ _COMMITS_PER_TELL = 8
 
 #: Does one kind of work an admission stage needs, on the event loop.
 Performer = Callable[[Any], Awaitable[Any]]
+
+
+def spill_directory(config: Config, db_path: Path) -> Path:
+    """The spill directory: ``[tools].spill_dir`` (relative to the log's), else ``spill/``.
+
+    Absolute, because the stand-in of a spilled result tells the agent where to read it.
+    """
+    configured = config.tools.spill_dir
+    base = db_path.resolve().parent
+    if not configured:
+        return default_spill_dir(db_path.resolve())
+    return (base / Path(configured).expanduser()).resolve()
 
 
 class Runtime:
@@ -81,7 +97,11 @@ class Runtime:
         self.performers: dict[type, Performer] = {}
         self.stopping = False
         log, clock_ = self.log, self.clock
-        pipeline = pipeline or default_pipeline(config)
+        #: Where spill files are written (``[tools].spill_dir``, else beside the log).
+        self.spill_dir = spill_directory(config, db_path)
+        pipeline = pipeline or default_pipeline(config, str(self.spill_dir),
+                                                config.daemon.record_messages)
+        self.performers[SpillWork] = partial(write_spills, SpillStore(self.spill_dir))
 
         specs = [
             ActorSpec("checkpoint", lambda f: CheckpointActor.start(

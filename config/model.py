@@ -104,6 +104,8 @@ class DaemonConfig(_Section, frozen=True):
     usage after the client went away (the call's ledger row waits for it).
     ``max_header_kib`` bounds a request's line and headers together, counted as they
     arrive (before any check, auth included): a larger head gets 431.
+    ``record_messages`` False keeps the messages sent upstream out of the log (replay
+    then shows their content keys and sizes only).
     """
 
     host: Annotated[str, msgspec.Meta(min_length=1)] = "127.0.0.1"
@@ -111,6 +113,7 @@ class DaemonConfig(_Section, frozen=True):
     max_body_mib: _Positive = 32
     max_header_kib: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 64
     drain_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=3600.0)] = 30.0
+    record_messages: bool = True
 
 
 class PriceConfig(_Section, frozen=True):

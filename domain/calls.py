@@ -37,6 +37,8 @@ class RequestShape(msgspec.Struct, frozen=True):
         prompt_chars: characters of text the model will read (for our token estimate).
         problems: wire-level faults the adapter found (short sentences); the validation
             stage refuses a request that has any.
+        prompt_tokens: our estimate of the prompt in tokens, once governance computed it
+            (0: estimate from ``prompt_chars``).
     """
 
     model: str
@@ -44,6 +46,7 @@ class RequestShape(msgspec.Struct, frozen=True):
     message_count: int = 0
     prompt_chars: int = 0
     problems: tuple[str, ...] = ()
+    prompt_tokens: int = 0
 
 
 class CallRequest(msgspec.Struct, frozen=True):
@@ -55,6 +58,10 @@ class CallRequest(msgspec.Struct, frozen=True):
 
     ``purpose`` ``"summary"`` marks a side call the daemon makes itself (the model
     summariser) for the call ``parent_call``: admitted and metered, never governed.
+
+    Set by the context stage: ``context`` (a ``domain.history.ContextUpdate``) is the
+    session's context state should the call be admitted; ``contents`` the new contents
+    its RequestRecorded refers to, ``(key, bytes)``, stored in the same append.
     """
 
     call_id: str
@@ -67,11 +74,13 @@ class CallRequest(msgspec.Struct, frozen=True):
     client: str = ""
     purpose: str = ""
     parent_call: str = ""
+    context: Any = None
+    contents: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def estimated_tokens(self) -> int:
         """Our estimate of the prompt's tokens."""
-        return tokens_from_chars(self.shape.prompt_chars)
+        return self.shape.prompt_tokens or tokens_from_chars(self.shape.prompt_chars)
 
 
 class CallOutcome(msgspec.Struct, frozen=True):

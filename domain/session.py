@@ -9,11 +9,14 @@ from the log, end in the same state.
 
 from typing import NamedTuple
 
+from sessionwarden.domain.compression import Calibration, calibrate, record_reading
+from sessionwarden.domain.history import ContextUpdate
 from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
     CallRefused,
     CompactionRequested,
+    ContextCompressed,
     Event,
     SessionStarted,
 )
@@ -39,6 +42,7 @@ class OpenCall(NamedTuple):
     provider: str
     model: str
     estimated_tokens: int
+    purpose: str = ""
 
 
 class SessionState:
@@ -51,9 +55,13 @@ class SessionState:
         refused: calls the pipeline refused so far.
         open: admitted calls without a completion yet, by call id.
         compaction: the focus of a compaction asked for and not yet done (None: none).
+        context: the governed history, guard and trigger (memory only: None until the
+            first admission of this instance; ``domain.history.ContextUpdate``).
+        calibration: per upstream model, our estimate's correction by its last reading.
     """
 
-    __slots__ = ("calls", "compaction", "open", "refused", "session_id", "started")
+    __slots__ = ("calibration", "calls", "compaction", "context", "open", "refused",
+                 "session_id", "started")
 
     def __init__(self, session_id: str, *, started: bool = False, calls: int = 0,
                  refused: int = 0, open_calls: dict[str, OpenCall] | None = None) -> None:
@@ -64,21 +72,43 @@ class SessionState:
         self.refused = refused
         self.open: dict[str, OpenCall] = dict(open_calls or {})
         self.compaction: str | None = None
+        self.context: ContextUpdate | None = None
+        self.calibration: dict[str, Calibration] = {}
 
     def fold(self, event: Event) -> None:
         """Apply one of the session's events."""
         if isinstance(event, CallAdmitted):
             self.calls += 1
             self.open[event.call_id] = OpenCall(event.provider, event.model,
-                                                event.estimated_tokens)
+                                                event.estimated_tokens, event.purpose)
         elif isinstance(event, CallCompleted):
-            self.open.pop(event.call_id, None)
+            call = self.open.pop(event.call_id, None)
+            if call is not None and not call.purpose:
+                self._read(call, event)
         elif isinstance(event, CallRefused):
             self.refused += 1
         elif isinstance(event, SessionStarted):
             self.started = True
         elif isinstance(event, CompactionRequested):
             self.compaction = event.focus
+        elif isinstance(event, ContextCompressed):
+            self.compaction = None
+
+    def adopt(self, update: ContextUpdate) -> None:
+        """Take the context state an admitted call decided (``domain.context``)."""
+        self.context = update
+
+    def _read(self, call: OpenCall, done: CallCompleted) -> None:
+        """A client call's reading: calibrate the estimate, judge the last compression."""
+        real = (done.input_tokens + done.cache_read_tokens + done.cache_write_tokens
+                if done.source == "provider" else 0)
+        if real:
+            cal = self.calibration.get(call.model, Calibration())
+            self.calibration[call.model] = calibrate(cal, call.estimated_tokens, real)
+        context = self.context
+        if context is not None:
+            guard = record_reading(context.guard, real or None, context.threshold)
+            self.context = context._replace(guard=guard)
 
     def __repr__(self) -> str:
         return (f"SessionState({self.session_id!r}, started={self.started}, "

@@ -1,20 +1,37 @@
 """The daemon's admission stages, in the order they run: the one place to add a stage.
 
-Today: request validation. Planned, each in its own module of this package, in this
-order: ``budgets`` (spend caps reserved before sending), ``guardrails`` (iteration budget,
-tool-loop guardrails), ``spill`` (tool-result spill and the per-turn budget), and
-``compression`` (governed compression; its model summariser is the first stage to
-:class:`~sessionwarden.domain.admission.Need` work).
+Today: request validation, then context governance (``domain.context``: recognition of
+the resent history, tool-result spill, compression). Planned, between the two, each in
+its own module of this package: ``budgets`` (spend caps reserved before sending) and
+``guardrails`` (iteration budget, tool-loop guardrails).
 """
 
+from datetime import datetime
+from functools import partial
+
 from sessionwarden.config import Config
-from sessionwarden.domain.admission import Pipeline
+from sessionwarden.domain.admission import Pipeline, StageResult, stage
+from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.context import ContextSettings, govern
+from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.validation import validate_request
 
 __all__ = ["default_pipeline"]
 
 
-def default_pipeline(config: Config) -> Pipeline:
-    """The pipeline every session's calls go through under ``config``."""
-    del config  # the stages to come read their sections of it
-    return Pipeline([validate_request])
+def default_pipeline(config: Config, spill_dir: str = "spill",
+                     record_messages: bool = True) -> Pipeline:
+    """The pipeline every session's calls go through under ``config``.
+
+    ``spill_dir`` is where spill files are written, as the agent should read it (an
+    absolute path in the daemon); ``record_messages`` False keeps message contents out of
+    the log (only their keys and sizes are recorded).
+    """
+    settings = ContextSettings(config, spill_dir, record_messages)
+    bound = partial(govern, settings)
+
+    @stage("context")
+    def context(state: SessionState, request: CallRequest, now: datetime) -> StageResult:
+        return bound(state, request, now)
+
+    return Pipeline([validate_request, context])

@@ -1,4 +1,4 @@
-"""What a call sent upstream, as content keys: the rules ``replay --session`` rebuilds by.
+"""What a call sent upstream, as content keys: the rules a replay of a call rebuilds by.
 
 A governed request is two things: its *fields* (every JSON field of the body but the
 conversation, already adjusted for upstream: the upstream model name, usage requested)

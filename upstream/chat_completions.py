@@ -9,17 +9,21 @@ server-sent events, keeps the usage chunk the client did not ask for out of the 
 holds back ``[DONE]`` until the call is recorded, and notes usage and text on the way.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 from sessionwarden.config import MAX_MODEL_NAME
-from sessionwarden.domain.calls import CallRequest, RequestShape
+from sessionwarden.domain.calls import RequestShape
+from sessionwarden.domain.conversation import Conversation
+from sessionwarden.domain.messages import Message
+from sessionwarden.domain.transcript import assemble_body
 from sessionwarden.domain.usage import text_chars
+from sessionwarden.upstream.chat_messages import from_neutral, to_neutral
 from sessionwarden.upstream.errors import MalformedRequest
 from sessionwarden.upstream.sse import DEFAULT_MAX_EVENT_BYTES, SseFramer, sse_data
 
-__all__ = ["ChatCompletions", "ChatStream", "ResponseFacts"]
+__all__ = ["ChatCompletions", "ChatItems", "ChatStream", "ResponseFacts"]
 
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
@@ -43,13 +47,44 @@ def _decode_or_none(data: bytes | None) -> object:
         return None
 
 
-def _problems(messages: object) -> tuple[str, ...]:
-    if not isinstance(messages, list):
-        return ("'messages' must be a list",)
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            return (f"messages[{index}] must be an object with a string 'role'",)
-    return ()
+class _Role(msgspec.Struct):
+    role: object = None
+
+
+_decode_role = msgspec.json.Decoder(_Role).decode
+_decode_top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+_decode_items = msgspec.json.Decoder(list[msgspec.Raw]).decode
+_SYSTEM_ROLES = ("system", "developer")
+
+
+class ChatItems:
+    """Chat-completions ``messages``, one at a time: the :class:`ItemCodec` of this format."""
+
+    items_key = "messages"
+
+    def read_item(self, raw: bytes) -> Message | str:
+        """The message as a neutral :class:`Message`, or why it is not a valid message."""
+        try:
+            item = _decode(raw)
+        except (msgspec.DecodeError, RecursionError):
+            return "a message is not valid JSON"
+        if not isinstance(item, dict) or not isinstance(item.get("role"), str):
+            return "each message must be an object with a string 'role'"
+        return to_neutral([item])[0]
+
+    def write_item(self, message: Message) -> bytes:
+        """The message's JSON bytes."""
+        return _encode(from_neutral([message])[0])
+
+    def is_system(self, raw: bytes) -> bool:
+        """Whether the message is a ``system`` or ``developer`` one."""
+        try:
+            return _decode_role(raw).role in _SYSTEM_ROLES
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return False
+
+
+_ITEMS = ChatItems()
 
 
 class ChatCompletions:
@@ -57,60 +92,80 @@ class ChatCompletions:
 
     api_mode = "chat_completions"
     path = "/chat/completions"
+    items = _ITEMS
 
-    def read_request(self, body: bytes) -> tuple[dict[str, Any], RequestShape]:
-        """Decode a client's body into the payload and its wire-neutral shape.
+    def read_request(self, body: bytes) -> tuple[Conversation, RequestShape]:
+        """Split a client's body into its fields and its raw messages, and their shape.
+
+        The messages are not decoded here: governance hashes them and decodes only the
+        ones it has not seen (``domain.conversation``).
 
         Raises:
-            MalformedRequest: not JSON, not an object, or no model named. Faults in the
-                messages are reported in the shape's ``problems`` instead, for the
-                validation stage to decide on (and record).
+            MalformedRequest: not JSON, not an object, or no model named. A ``messages``
+                that is not a list is reported in the shape's ``problems`` instead, for
+                the validation stage to decide on (and record).
         """
         try:
-            payload = _decode(body)
+            top = _decode_top(body)
+            fields = {key: _decode(value) for key, value in top.items()
+                      if key != "messages"}
+        except msgspec.ValidationError:
+            raise MalformedRequest("the body must be a JSON object") from None
         except msgspec.DecodeError as exc:
             text = str(exc)
             raise MalformedRequest(f"malformed JSON body: {text[:200]}") from None
         except RecursionError:
             raise MalformedRequest("malformed JSON body: nested too deeply") from None
-        if not isinstance(payload, dict):
-            raise MalformedRequest("the body must be a JSON object")
-        model = payload.get("model")
+        model = fields.get("model")
         if not isinstance(model, str) or not model:
             raise MalformedRequest("'model' must be a non-empty string", code="invalid_model")
         if len(model) > MAX_MODEL_NAME or not model.isprintable():
             # The name enters the permanent log and every table that shows it.
             raise MalformedRequest(f"'model' must be at most {MAX_MODEL_NAME} printable "
                                    "characters", code="invalid_model")
-        messages = payload.get("messages")
-        problems = _problems(messages)
-        return payload, RequestShape(
-            model=model, stream=payload.get("stream") is True,
-            message_count=len(messages) if isinstance(messages, list) else 0,
-            prompt_chars=0 if problems else text_chars(messages), problems=problems,
+        items: list[bytes] = []
+        problems: tuple[str, ...] = ()
+        raw_messages = top.get("messages")
+        try:
+            # msgspec.Raw slices keep the body alive; bytes() copies each item once so
+            # what governance keeps (and hashes) does not pin the whole request.
+            if raw_messages is not None:
+                items = [bytes(item) for item in _decode_items(raw_messages)]
+            else:
+                problems = ("'messages' must be a list",)
+        except msgspec.ValidationError:
+            problems = ("'messages' must be a list",)
+        return Conversation(fields, items, _ITEMS), RequestShape(
+            model=model, stream=fields.get("stream") is True, message_count=len(items),
+            problems=problems,
         )
 
     def auth_headers(self, secret: str) -> dict[str, str]:
         """The header that carries the key upstream."""
         return {"authorization": f"Bearer {secret}"}
 
-    def upstream_body(self, request: CallRequest) -> tuple[bytes, bool]:
-        """The body to send, and whether usage was requested on the client's behalf.
+    def upstream_fields(self, fields: Mapping[str, Any], model: str, stream: bool
+                        ) -> tuple[bytes, bool]:
+        """The fields to send (all but the messages), and whether usage was requested for us.
 
         Streams always ask for usage (``stream_options.include_usage``): without it a
         streamed call would have no usage to record. When the client did not ask, the
         usage chunk is kept out of what it receives (:class:`ChatStream`).
         """
-        upstream = dict(request.body)
-        upstream["model"] = request.model
+        upstream = dict(fields)
+        upstream["model"] = model
         injected = False
-        if request.shape.stream:
+        if stream:
             options = upstream.get("stream_options")
             options = dict(options) if isinstance(options, dict) else {}
             injected = options.get("include_usage") is not True
             options["include_usage"] = True
             upstream["stream_options"] = options
         return _encode(upstream), injected
+
+    def upstream_body(self, fields: bytes, items: Sequence[bytes]) -> bytes:
+        """The body to send: the upstream ``fields`` with the (governed) ``items``."""
+        return assemble_body(fields, "messages", items)
 
     def read_response(self, body: bytes) -> ResponseFacts:
         """The usage block and generated text of a successful plain response."""

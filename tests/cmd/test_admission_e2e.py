@@ -39,7 +39,8 @@ def needs_summary(state: SessionState, request: CallRequest, now: datetime) -> S
     def resume(result: object) -> StageResult:
         if result == "no":
             return Refuse(409, "the summariser said no", code="summary_refused")
-        body = {**request.body, "user": str(result)}
+        note = msgspec.json.encode({"role": "user", "content": str(result)})
+        body = request.body.with_items([*request.body.items, note])
         return Proceed(msgspec.structs.replace(request, body=body))
 
     return Need(Summary(request.shape.message_count), resume)
@@ -81,7 +82,8 @@ def test_the_proxy_performs_the_work_and_forwards_the_rewritten_request(
     assert [w for w, _, _ in performed] == [Summary(2), Summary(3)]
     assert all(name == "sw-test-server" and running for _, name, running in performed)
     upstream = [r for r in fake.state.snapshot() if r.path.endswith("/chat/completions")]
-    assert len(upstream) == 1 and upstream[0].body["user"] == "summary of 2"
+    assert len(upstream) == 1 and upstream[0].body["messages"][-1] == {
+        "role": "user", "content": "summary of 2"}
     assert daemon.types("session-needy") == [
         SessionStarted.type_tag(), CallAdmitted.type_tag(), CallCompleted.type_tag(),
         CallRefused.type_tag()]

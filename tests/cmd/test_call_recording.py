@@ -14,7 +14,13 @@ from typing import Any
 import openai
 import pytest
 from sessionwarden.cmd import calls
-from sessionwarden.events import CallAdmitted, CallCompleted, CallRefused, SessionStarted
+from sessionwarden.events import (
+    CallAdmitted,
+    CallCompleted,
+    CallRefused,
+    RequestRecorded,
+    SessionStarted,
+)
 
 from tests.cmd.daemon_fixtures import MODEL
 from tests.cmd.inprocess import InProcessDaemon
@@ -22,16 +28,18 @@ from tests.support.fake_provider import FakeProviderServer
 
 MESSAGES: list[Any] = [{"role": "user", "content": "hello"}]
 ADMITTED, COMPLETED = CallAdmitted.type_tag(), CallCompleted.type_tag()
+RECORDED = RequestRecorded.type_tag()
 
 
-def test_a_plain_call_is_two_events_admitted_then_completed(
+def test_a_plain_call_is_three_events_what_was_sent_admitted_completed(
     inprocess: InProcessDaemon, fake: FakeProviderServer
 ) -> None:
     with inprocess.openai(session="two") as client:
         for _ in range(3):
             client.chat.completions.create(model=MODEL, messages=MESSAGES)
     assert inprocess.types("session-two") == [
-        SessionStarted.type_tag(), ADMITTED, COMPLETED, ADMITTED, COMPLETED, ADMITTED, COMPLETED]
+        SessionStarted.type_tag(), RECORDED, ADMITTED, COMPLETED, RECORDED, ADMITTED,
+        COMPLETED, RECORDED, ADMITTED, COMPLETED]
     # No lease events, no separate usage stream.
     kinds = {t for (t,) in inprocess.rows("SELECT DISTINCT type FROM events")}
     assert not any("lease" in k or k.startswith("usage.") for k in kinds)

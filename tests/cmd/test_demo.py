@@ -62,7 +62,7 @@ def test_the_demo_plays_its_script_on_a_fresh_temporary_log(tmp_path: Path) -> N
     assert "sk-demo" not in result.stdout + result.stderr
     verified = subprocess.run([*sessionwarden_cmd(), "replay", "--verify", "--db", str(db)],
                               env=clean_env(), capture_output=True, text=True, timeout=60)
-    assert verified.returncode == 0 and verified.stdout.startswith("ok: 10 events verified")
+    assert verified.returncode == 0 and verified.stdout.startswith("ok: 14 events verified")
 
 
 def test_the_demo_writes_to_the_log_db_names(tmp_path: Path) -> None:

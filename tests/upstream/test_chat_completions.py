@@ -8,8 +8,6 @@ from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.chat_completions import ChatCompletions, ResponseFacts
 from sessionwarden.upstream.errors import MalformedRequest
 
-from tests.actors.actor_support import call_request
-
 WIRE = ChatCompletions()
 
 
@@ -17,14 +15,30 @@ def body(**fields: Any) -> bytes:
     return json.dumps({"model": "openai/gpt", **fields}).encode()
 
 
-def test_a_request_becomes_a_payload_and_a_wire_neutral_shape() -> None:
+def test_a_request_becomes_fields_raw_messages_and_a_wire_neutral_shape() -> None:
     messages = [{"role": "system", "content": "be brief"},
                 {"role": "user", "content": [{"type": "text", "text": "hello"}]}]
-    payload, shape = WIRE.read_request(body(messages=messages, stream=True))
-    assert payload["messages"] == messages
+    raw = body(messages=messages, stream=True)
+    conversation, shape = WIRE.read_request(raw)
+    assert conversation.fields == {"model": "openai/gpt", "stream": True}
+    assert [json.loads(item) for item in conversation.items] == messages
+    # Each item is the exact bytes the client sent: governance hashes and forwards them.
+    assert all(item in raw for item in conversation.items)
     assert (shape.model, shape.stream, shape.message_count, shape.problems) == (
         "openai/gpt", True, 2, ())
-    assert shape.prompt_chars == len("be brief") + len("hello")
+
+
+def test_items_are_read_one_at_a_time_and_written_back_as_they_were() -> None:
+    items = WIRE.items
+    user = json.dumps({"role": "user", "content": "hi"}, separators=(",", ":")).encode()
+    message = items.read_item(user)
+    assert not isinstance(message, str) and message.role == "user"
+    assert items.write_item(message) == user
+    assert items.is_system(b'{"role": "developer", "content": "x"}')
+    assert not items.is_system(user) and not items.is_system(b"[1]")
+    assert items.read_item(b'"oops"') == "each message must be an object with a string 'role'"
+    assert items.read_item(b'{"content": "no role"}') == (
+        "each message must be an object with a string 'role'")
 
 
 @pytest.mark.parametrize(("raw", "message"), [
@@ -32,7 +46,9 @@ def test_a_request_becomes_a_payload_and_a_wire_neutral_shape() -> None:
     (b"[1, 2]", "must be a JSON object"),
     (b'{"messages": []}', "'model' must be a non-empty string"),
     (b'{"model": ""}', "'model' must be a non-empty string"),
-    (b"[" * 5000 + b"]" * 5000, "malformed JSON body"),
+    (b"[" * 5000 + b"]" * 5000, "must be a JSON object"),
+    (b'{"model":"m","x":' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
+    (b'{"model":"m","messages":[' + b"[" * 5000 + b"]" * 5000 + b"]}", "nested too deeply"),
 ])
 def test_an_unreadable_body_is_refused_with_a_short_message(raw: bytes, message: str) -> None:
     with pytest.raises(MalformedRequest, match=message) as info:
@@ -40,36 +56,31 @@ def test_an_unreadable_body_is_refused_with_a_short_message(raw: bytes, message:
     assert len(str(info.value)) < 300
 
 
-@pytest.mark.parametrize(("messages", "problem"), [
-    ("hi", "'messages' must be a list"),
-    (None, "'messages' must be a list"),
-    ([{"role": "user", "content": "x"}, "oops"], "messages[1] must be an object"),
-    ([{"content": "no role"}], "messages[0] must be an object with a string 'role'"),
-])
-def test_faults_in_the_messages_are_reported_for_the_validation_stage(
-    messages: object, problem: str
+@pytest.mark.parametrize("messages", ["hi", None, {"role": "user"}])
+def test_messages_that_are_not_a_list_are_reported_for_the_validation_stage(
+    messages: object,
 ) -> None:
     fields = {} if messages is None else {"messages": messages}
     _, shape = WIRE.read_request(body(**fields))
-    assert shape.problems and shape.problems[0].startswith(problem)
+    assert shape.problems == ("'messages' must be a list",)
 
 
 def test_the_upstream_body_names_the_upstream_model_and_always_asks_for_stream_usage() -> None:
-    request = call_request("c1", "s1", stream=False)
-    sent, injected = WIRE.upstream_body(request)
-    assert json.loads(sent)["model"] == "model-x" and not injected
-    assert "stream_options" not in json.loads(sent)
+    client = {"model": "prov/model-x", "temperature": 0}
+    fields, injected = WIRE.upstream_fields(client, "model-x", stream=False)
+    assert json.loads(fields) == {"model": "model-x", "temperature": 0} and not injected
 
-    streamed = call_request("c2", "s1", stream=True)
-    sent, injected = WIRE.upstream_body(streamed)
-    assert json.loads(sent)["stream_options"] == {"include_usage": True} and injected
-    asked = streamed.__class__(**{**{f: getattr(streamed, f) for f in streamed.__struct_fields__},
-                                  "body": {**streamed.body, "stream_options": {
-                                      "include_usage": True, "x": 1}}})
-    sent, injected = WIRE.upstream_body(asked)
-    assert json.loads(sent)["stream_options"] == {"include_usage": True, "x": 1}
+    fields, injected = WIRE.upstream_fields(client, "model-x", stream=True)
+    assert json.loads(fields)["stream_options"] == {"include_usage": True} and injected
+    asked = {**client, "stream_options": {"include_usage": True, "x": 1}}
+    fields, injected = WIRE.upstream_fields(asked, "model-x", stream=True)
+    assert json.loads(fields)["stream_options"] == {"include_usage": True, "x": 1}
     assert not injected
-    assert "stream_options" not in streamed.body  # the client's body is never mutated
+    assert client == {"model": "prov/model-x", "temperature": 0}  # never mutated
+
+    items = [b'{"role":"user","content":"a"}', b'{"role":"assistant","content":"b"}']
+    sent = WIRE.upstream_body(fields, items)
+    assert json.loads(sent) == {**json.loads(fields), "messages": [json.loads(i) for i in items]}
 
 
 def test_a_plain_response_gives_its_usage_and_output() -> None:

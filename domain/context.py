@@ -1,0 +1,258 @@
+"""The context stage: keeps what reaches the model inside its window (issue 11).
+
+One admission stage, pure, over the session's :class:`~sessionwarden.domain.history.
+GovernedHistory`. For each call, in order:
+
+1. **Recognise** the resent history: the request's leading system items are taken as
+   they are; the others are hashed and compared with the governed history's client
+   digests. A matching prefix is forwarded as it was forwarded last time, byte for
+   byte; a mismatch is recorded (:class:`~sessionwarden.events.HistoryReset`) and the
+   whole request is governed afresh. Only the items not seen before are decoded.
+2. **Spill** the new items' tool results over their limits, and per assistant turn the
+   largest while the turn is over its budget (``domain.spill``). Writing the files is
+   I/O: the stage asks for it (:class:`SpillWork`, a ``Need``) and resumes with which
+   writes failed; a failed one falls back to inline truncation with a marker.
+3. **Compress** when the best token figure (``domain.compression``) reaches the model's
+   trigger, or when the control API asked: phases 1, 2 and 4 (``domain.prune``,
+   ``domain.boundaries``) around a summary of the middle (``domain.summary``'s builtin
+   summariser, or a model's through :mod:`sessionwarden.domain.compaction`).
+4. **Record**: :class:`~sessionwarden.events.RequestRecorded` names by content key what
+   is sent (the new contents go to the store in the same append), and the request goes
+   on with the governed items and the estimate of what is sent.
+
+The stage never mutates the session's state: the new governed history, guard and
+threshold travel with the admitted request (:class:`ContextUpdate`) and the session's
+actor adopts them once the admission is durable.
+"""
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import NamedTuple
+
+import msgspec
+from sessionwarden.config import Config
+from sessionwarden.domain.admission import Need, Proceed, Refuse, StageResult
+from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.compaction import Compaction, compress_history, tokens_of
+from sessionwarden.domain.compression import (
+    Calibration,
+    CompressionGuard,
+    calibrated,
+    estimate_tokens,
+    record_compression,
+    should_compress,
+    token_figure,
+    trigger_tokens,
+)
+from sessionwarden.domain.conversation import Conversation, ItemCodec
+from sessionwarden.domain.history import (
+    ContextUpdate,
+    GovernedHistory,
+    Item,
+    digest,
+    recognise,
+)
+from sessionwarden.domain.messages import Message
+from sessionwarden.domain.session import SessionState
+from sessionwarden.domain.spill import resolve_limits
+from sessionwarden.domain.spill_turns import (
+    SpillOutcome,
+    SpillPlan,
+    SpillWork,
+    apply_spills,
+    plan_spills,
+)
+from sessionwarden.domain.transcript import content_key
+from sessionwarden.events import ContextCompressed, Event, HistoryReset, RequestRecorded
+
+__all__ = ["ContextSettings", "govern"]
+
+
+class ContextSettings(NamedTuple):
+    """What the stage needs from outside: the config, where spills go, what to record."""
+
+    config: Config
+    spill_dir: str
+    record_messages: bool = True
+
+
+class _Call(NamedTuple):
+    """One admission in progress: what the stage has read and decided so far."""
+
+    request: CallRequest
+    conversation: Conversation
+    system: list[bytes]
+    rest: Sequence[bytes]
+    digests: list[bytes]
+    base: GovernedHistory
+    kept: int
+    events: list[Event]
+
+
+def _leading_system(codec: ItemCodec, items: Sequence[bytes]) -> int:
+    count = 0
+    for raw in items:
+        if not codec.is_system(raw):
+            break
+        count += 1
+    return count
+
+
+def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
+           now: datetime) -> StageResult:
+    """The context stage (module doc); ``default_pipeline`` binds ``settings``."""
+    conversation = request.body
+    if not isinstance(conversation, Conversation):
+        return Proceed(request)  # a wire format without a conversation adapter yet
+    codec = conversation.codec
+    items = conversation.items
+    leading = _leading_system(codec, items)
+    rest = items[leading:]
+    digests = [digest(raw) for raw in rest]
+    events: list[Event] = []
+    history = state.context.history if state.context is not None else None
+    if history is not None:
+        recognition = recognise(history, digests)
+        if recognition.reason:
+            events.append(HistoryReset(call_id=request.call_id, reason=recognition.reason,
+                                       matched=recognition.matched))
+            history = None
+    elif state.calls:
+        events.append(HistoryReset(
+            call_id=request.call_id, reason="the daemon holds no governed history for this "
+            "session (it restarted, or the session was idle and unloaded)"))
+    base = history or GovernedHistory()
+    new = rest[len(base.client):]
+    messages: list[Message] = []
+    for offset, raw in enumerate(new):
+        read = codec.read_item(raw)
+        if isinstance(read, str):
+            position = leading + len(base.client) + offset
+            return Refuse(400, f"messages[{position}]: {read}", code="invalid_request",
+                          events=tuple(events))
+        messages.append(read)
+    call = _Call(request, conversation, list(items[:leading]), rest, digests, base,
+                 len(base.items), events)
+    model = settings.config.model(request.shape.model)
+    limits = resolve_limits(settings.config.tools,
+                            model.context_length if model else None,
+                            _explicit_tools(settings.config))
+    plan = plan_spills(messages, limits, settings.spill_dir, first=leading + len(base.client))
+    if not plan.files:
+        return _extend(settings, state, call, messages, plan, SpillOutcome(), now)
+
+    def resume(result: object) -> StageResult:
+        outcome = result if isinstance(result, SpillOutcome) else SpillOutcome(
+            failed={f.name: "the spill could not be written" for f in plan.files})
+        return _extend(settings, state, call, messages, plan, outcome, now)
+
+    return Need(SpillWork(plan.files), resume)
+
+
+def _explicit_tools(config: Config) -> frozenset[str]:
+    """The ``[tools]`` limits the user set: those that differ from the defaults."""
+    tools, default = config.tools, type(config.tools)()
+    return frozenset(name for name in ("result_size_chars", "turn_budget_chars")
+                     if getattr(tools, name) != getattr(default, name))
+
+
+def _extend(settings: ContextSettings, state: SessionState, call: _Call,
+            messages: list[Message], plan: SpillPlan, outcome: SpillOutcome,
+            now: datetime) -> StageResult:
+    """Append the new items (spilled as decided) and compress if the figure says so."""
+    codec = call.conversation.codec
+    governed, spill_events = apply_spills(plan, outcome, messages, codec, call.request.call_id)
+    base = call.base
+    first = len(base.client)
+    new_items = tuple(
+        Item(digest(raw), len(raw), tokens_of(message), raw, -1) if raw is not None
+        else Item(call.digests[first + offset], len(call.rest[first + offset]),
+                  tokens_of(message), None, first + offset)
+        for offset, (message, raw) in enumerate(governed)
+    )
+    history = GovernedHistory(
+        client=(*base.client, *call.digests[first:]), items=(*base.items, *new_items),
+        call_id=base.call_id, tokens=base.tokens + sum(i.tokens for i in new_items),
+        compressed=base.compressed, summary=base.summary)
+    events = [*call.events, *spill_events]
+    config = settings.config
+    model = config.model(call.request.shape.model)
+    threshold = trigger_tokens(model, config.compression)
+    fixed = _fixed_tokens(call)
+    guard = state.context.guard if state.context is not None else CompressionGuard()
+    cal = state.calibration.get(call.request.model)
+    estimate = fixed + history.tokens
+    kept = call.kept
+    requested = state.compaction
+    if config.compression.enabled or requested is not None:
+        figure = token_figure(cal or Calibration(), estimate)
+        decision = should_compress(guard, figure, now, threshold)
+        if requested is not None or (config.compression.enabled and decision.compress):
+            compaction = compress_history(
+                history, call.rest, codec, config.compression, threshold,
+                focus=requested or "")
+            if compaction is not None:
+                history, kept = compaction.history, 0
+                after = calibrated(cal, fixed + history.tokens) if cal else fixed + history.tokens
+                events.append(_compressed(call, compaction, decision.tokens, after,
+                                          threshold, figure.source, requested))
+                guard = record_compression(guard, now)
+    return _record(settings, call, history, kept, events,
+                   ContextUpdate(history, guard, threshold), fixed)
+
+
+def _fixed_tokens(call: _Call) -> int:
+    """Tokens of what is not governed history: the fields (tool schemas) and system items."""
+    fields = len(call.conversation.fields_bytes)
+    system = 0
+    for raw in call.system:
+        read = call.conversation.codec.read_item(raw)
+        if not isinstance(read, str):
+            system += tokens_of(read)
+    return estimate_tokens(0, fields) + system
+
+
+def _compressed(call: _Call, compaction: Compaction, before: int, after: int,
+                threshold: int, source: str, requested: str | None) -> ContextCompressed:
+    return ContextCompressed(
+        call_id=call.request.call_id,
+        trigger="requested" if requested is not None else "threshold",
+        summariser=compaction.summariser, model=compaction.model, focus=requested or "",
+        source="real" if source == "calibrated" else "estimated",
+        tokens_before=before, tokens_after=after, threshold=threshold,
+        messages_before=compaction.messages_before, messages_after=len(compaction.history.items),
+        summarised=compaction.summarised, pruned=compaction.pruned,
+        summary=(content_key(compaction.summary_raw), len(compaction.summary_raw)),
+    )
+
+
+def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, kept: int,
+            events: list[Event], update: ContextUpdate, fixed: int) -> StageResult:
+    request = call.request
+    sent = history.forwarded(call.rest)
+    fields = call.conversation.fields_bytes
+    appended = history.items[kept:]
+    record = RequestRecorded(
+        call_id=request.call_id, fields=(content_key(fields), len(fields)),
+        items_key=call.conversation.codec.items_key,
+        system=tuple((content_key(raw), len(raw)) for raw in call.system),
+        base=history.call_id if kept else "", kept=kept,
+        appended=tuple((item.digest.hex(), item.size) for item in appended),
+        stored=settings.record_messages,
+    )
+    contents: tuple[tuple[str, bytes], ...] = ()
+    if settings.record_messages:
+        contents = (
+            (record.fields[0], fields),
+            *((ref[0], raw) for ref, raw in zip(record.system, call.system, strict=True)),
+            *((ref[0], raw) for ref, raw in
+              zip(record.appended, sent[kept:], strict=True)),
+        )
+    history = history._replace(call_id=request.call_id)
+    update = update._replace(history=history)
+    shape = msgspec.structs.replace(request.shape, prompt_tokens=fixed + history.tokens,
+                                    message_count=len(call.system) + len(sent))
+    governed = msgspec.structs.replace(
+        request, shape=shape, body=call.conversation.with_items([*call.system, *sent]),
+        context=update, contents=contents)
+    return Proceed(governed, (*events, record))

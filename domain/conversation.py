@@ -1,0 +1,66 @@
+"""A request as context governance receives it: its fields, and its items as raw bytes.
+
+A wire adapter does not decode a request's conversation: it hands over each item's exact
+JSON bytes (:class:`Conversation`), with an :class:`ItemCodec` that reads one item into
+the neutral :class:`~sessionwarden.domain.messages.Message` and writes one back. So
+recognising a resent history costs one hash per item, O(bytes), and only the items the
+daemon has not seen yet are decoded, O(new): a 7 MB history resent with one new message
+is not decoded again. The upstream body is the fields and the governed items put back
+together by concatenation (``domain.transcript.assemble_body``), never re-encoded.
+"""
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from sessionwarden.domain.messages import Message
+
+__all__ = ["Conversation", "ItemCodec"]
+
+
+class ItemCodec(Protocol):
+    """One wire format's conversation items, read and written one at a time."""
+
+    items_key: str
+
+    def read_item(self, raw: bytes) -> Message | str:
+        """The item as a neutral message, or a short sentence saying why it is invalid."""
+        ...
+
+    def write_item(self, message: Message) -> bytes:
+        """The item's JSON bytes (an untouched message: the bytes it was read from)."""
+        ...
+
+    def is_system(self, raw: bytes) -> bool:
+        """Whether the item carries system (or developer) instructions."""
+        ...
+
+
+class Conversation:
+    """A request body split for governance: ``fields`` decoded, ``items`` as raw bytes.
+
+    ``fields`` is every top-level field but the conversation (``codec.items_key``), as the
+    client sent them; an adapter adjusts a copy for upstream (the model name, usage on
+    streams). ``items`` are never mutated; governance builds a new list.
+    """
+
+    __slots__ = ("codec", "fields", "fields_bytes", "items")
+
+    def __init__(self, fields: dict[str, Any], items: Sequence[bytes], codec: ItemCodec,
+                 fields_bytes: bytes = b"{}") -> None:
+        """Hold ``fields``, the raw ``items`` and their ``codec``.
+
+        ``fields_bytes`` is the encoded fields *as they will be sent upstream* (the
+        upstream model name, usage requested): the HTTP layer sets it through the
+        provider's adapter before admission, so what is recorded is what is sent.
+        """
+        self.fields = fields
+        self.items = items
+        self.codec = codec
+        self.fields_bytes = fields_bytes
+
+    def with_items(self, items: Sequence[bytes]) -> "Conversation":
+        """The same request with other items (the governed ones)."""
+        return Conversation(self.fields, items, self.codec, self.fields_bytes)
+
+    def __repr__(self) -> str:
+        return f"Conversation({len(self.items)} items)"

@@ -1,0 +1,152 @@
+"""Spill over a request's new messages: turns found, files asked for, stand-ins put in.
+
+``domain.spill`` decides for one assistant turn's results; this module finds the turns
+among the messages a call adds (the tool results that follow an assistant message, up
+to the next user or assistant message), plans every turn, names the files to write
+(:class:`SpillWork`, the stage's ``Need``), and once they are written (or not:
+:class:`SpillOutcome`) puts each stand-in in place of its result and says what happened
+(:class:`~sessionwarden.events.ToolResultSpilled`). A result with non-text parts (an
+image) counts towards its turn but is never spilled: its parts pass through untouched.
+
+A tool's name comes from the call the result answers, in the same messages; a result
+whose call is not among them (it came in an earlier request) is named by the result
+itself, or not at all (then the default limit applies).
+"""
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import msgspec
+from sessionwarden.domain.conversation import ItemCodec
+from sessionwarden.domain.messages import Message, Text, ToolResult, tool_calls
+from sessionwarden.domain.spill import (
+    Limits,
+    SpillDecision,
+    plan_turn,
+    spill_bytes,
+    truncated_text,
+)
+from sessionwarden.events import ToolResultSpilled
+
+__all__ = ["SpillFile", "SpillOutcome", "SpillPlan", "SpillWork", "apply_spills",
+           "plan_spills"]
+
+#: The start of a stand-in this daemon wrote: such a result is never spilled again.
+_OURS = ("[sessionwarden saved this tool result", )
+
+
+class SpillFile(msgspec.Struct, frozen=True):
+    """One spill file to write: its name (the content's hash) and bytes."""
+
+    name: str
+    data: bytes
+
+
+class SpillWork(msgspec.Struct, frozen=True):
+    """The work the context stage needs done: write these spill files."""
+
+    files: tuple[SpillFile, ...]
+
+
+class SpillOutcome(msgspec.Struct, frozen=True):
+    """Which spill files could not be written (name → a short reason)."""
+
+    failed: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class _Spill(NamedTuple):
+    message: int
+    part: int
+    tool: str
+    decision: SpillDecision
+    content: str
+
+
+class SpillPlan(NamedTuple):
+    """Every spill decided over a call's new messages, and the files they need."""
+
+    spills: tuple[_Spill, ...] = ()
+    files: tuple[SpillFile, ...] = ()
+    first: int = 0
+
+
+def _text(result: ToolResult) -> str | None:
+    """The result's text, or None when it has parts that are not text."""
+    texts = []
+    for part in result.parts:
+        if not isinstance(part, Text):
+            return None
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def plan_spills(messages: Sequence[Message], limits: Limits, spill_dir: str,
+                first: int = 0) -> SpillPlan:
+    """Plan the spills of ``messages`` (a call's new ones; ``first``: the first's index)."""
+    names: dict[str, str] = {}
+    for message in messages:
+        for call in tool_calls(message):
+            names[call.id] = call.name
+    turns: list[list[tuple[int, int, ToolResult]]] = [[]]
+    for index, message in enumerate(messages):
+        if message.role in ("user", "assistant"):
+            if turns[-1]:
+                turns.append([])
+            continue
+        for position, part in enumerate(message.parts):
+            if isinstance(part, ToolResult):
+                turns[-1].append((index, position, part))
+    spills: list[_Spill] = []
+    files: dict[str, SpillFile] = {}
+    for turn in turns:
+        if not turn:
+            continue
+        entries = []
+        for _, _, result in turn:
+            text = _text(result)
+            tool = names.get(result.call_id) or result.name or ""
+            fixed = text is None or text.startswith(_OURS)
+            entries.append((tool, text or "", fixed))
+        plan = plan_turn(entries, limits, spill_dir)
+        for decision in plan.spills:
+            index, position, _ = turn[decision.index]
+            content = entries[decision.index][1]
+            spills.append(_Spill(index, position, entries[decision.index][0], decision,
+                                 content))
+            files.setdefault(decision.name, SpillFile(decision.name, spill_bytes(content)))
+    return SpillPlan(tuple(spills), tuple(files.values()), first)
+
+
+def apply_spills(plan: SpillPlan, outcome: SpillOutcome, messages: Sequence[Message],
+                 codec: ItemCodec, call_id: str
+                 ) -> tuple[list[tuple[Message, bytes | None]], list[ToolResultSpilled]]:
+    """Each message with its stand-ins in place, its new bytes (None: unchanged), events."""
+    by_message: dict[int, list[_Spill]] = {}
+    for spill in plan.spills:
+        by_message.setdefault(spill.message, []).append(spill)
+    sizes = {f.name: len(f.data) for f in plan.files}
+    out: list[tuple[Message, bytes | None]] = []
+    events: list[ToolResultSpilled] = []
+    for index, message in enumerate(messages):
+        spills = by_message.get(index)
+        if not spills:
+            out.append((message, None))
+            continue
+        parts = list(message.parts)
+        for spill in spills:
+            decision = spill.decision
+            error = outcome.failed.get(decision.name, "")
+            text = (truncated_text(spill.content, decision.preview_chars) if error
+                    else decision.replacement)
+            result = parts[spill.part]
+            assert isinstance(result, ToolResult)
+            parts[spill.part] = msgspec.structs.replace(result, parts=(Text(text),))
+            events.append(ToolResultSpilled(
+                call_id=call_id, message=plan.first + index, tool=spill.tool,
+                reason="result" if decision.reason == "threshold" else "turn",
+                file="" if error else decision.name, chars=decision.chars,
+                bytes=sizes[decision.name], preview_chars=decision.preview_chars,
+                truncated=bool(error), error=error))
+        replaced = msgspec.structs.replace(message, parts=tuple(parts))
+        out.append((replaced, codec.write_item(replaced)))
+    return out, events
