@@ -9,6 +9,13 @@ builtin ``domain.summary``, or a model's text) and :func:`finish` assembles the 
 keep their place and their bytes — the head and the tail are forwarded exactly as
 before — and every other one becomes a stand-in.
 
+The newest user request and the newest assistant text are always kept verbatim (Hermes
+#10896, #29824). When keeping them in the tail would keep every turn after them verbatim
+too (an agent's long run after one ask, the common case), they are kept verbatim right
+after the head instead — before what the summary covers, which came after them — and
+the turns after them are summarised like the rest (not when the assistant text also
+calls tools: it cannot leave its results).
+
 Decisions: the summary is built from the middle as it was (not pruned: phase 1's
 one-line stand-ins would only lose what the summary wants); the head is protected on the
 first compression only (``protect_first_n``; after it the old head is part of what the
@@ -21,11 +28,25 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from sessionwarden.config import CompressionConfig
-from sessionwarden.domain.boundaries import BoundarySettings, assemble, choose_cut
+from sessionwarden.domain.boundaries import (
+    BoundarySettings,
+    Cut,
+    assemble,
+    choose_cut,
+    is_actionable_request,
+    is_assistant_text,
+)
 from sessionwarden.domain.compression import estimate_tokens
 from sessionwarden.domain.conversation import ItemCodec
 from sessionwarden.domain.history import GovernedHistory, Item, digest
-from sessionwarden.domain.messages import Message, Opaque, Text, ToolCall, ToolResult
+from sessionwarden.domain.messages import (
+    Message,
+    Opaque,
+    Text,
+    ToolCall,
+    ToolResult,
+    tool_calls,
+)
 from sessionwarden.domain.prune import prune
 from sessionwarden.domain.summary import Summary, builtin_summary, render
 
@@ -35,6 +56,8 @@ __all__ = ["NOTE", "Compaction", "Prepared", "compress_history", "finish", "is_s
 #: The system note that tells the model earlier turns were summarised.
 NOTE = ("[sessionwarden compressed the earlier turns of this conversation into the summary "
         "that follows; the most recent messages are verbatim]")
+#: A compression must leave at most this share of the history's tokens.
+MIN_SAVING = 0.9
 #: A per-message overhead in tokens (role, framing).
 MESSAGE_TOKENS = 4
 _SUMMARY_START = "[Context summary"
@@ -66,6 +89,33 @@ def is_summary(message: Message) -> bool:
     """Whether ``message`` is a summary an earlier compression wrote."""
     first = message.parts[0] if message.parts else None
     return isinstance(first, Text) and first.text.startswith(_SUMMARY_START)
+
+
+def _pinnable(messages: Sequence[Message], cut: Cut) -> list[Message] | None:
+    """The anchors to pin after ``cut``'s head, in order; None if that cut will not do.
+
+    It will not when an anchor in the middle is an assistant text that also calls tools
+    (it cannot leave its results), when the first pinned message would touch a head
+    message of its role, or when the first tail message is an anchor (the summary may be
+    merged into it, and anchors reach the model byte for byte).
+    """
+    if cut.empty:
+        return None
+    request = next((i for i in range(len(messages) - 1, -1, -1)
+                    if is_actionable_request(messages[i], is_summary)), None)
+    text = next((i for i in range(len(messages) - 1, -1, -1)
+                 if is_assistant_text(messages[i], is_summary)), None)
+    anchors = sorted(i for i in (request, text) if i is not None)
+    if cut.tail_start in anchors:
+        return None
+    middle = [i for i in anchors if cut.head_end <= i < cut.tail_start]
+    if any(tool_calls(messages[i]) for i in middle):
+        return None
+    pinned = [messages[i] for i in middle]
+    head_role = messages[cut.head_end - 1].role if cut.head_end else "system"
+    if pinned and pinned[0].role == head_role:
+        return None
+    return pinned
 
 
 def summary_budget(threshold: int) -> int:
@@ -109,19 +159,39 @@ def prepare(history: GovernedHistory, client_items: Sequence[bytes], codec: Item
     settings = BoundarySettings(
         protect_first_n=compression.protect_first_n if not history.compressed else 0,
         tail_budget_tokens=max(1, int(threshold * compression.target_ratio)))
-    cut = choose_cut(messages, settings, lambda m: tokens.get(id(m)) or tokens_of(m),
-                     is_summary=is_summary)
+
+    def estimate(message: Message) -> int:
+        return tokens.get(id(message)) or tokens_of(message)
+
+    cut = choose_cut(messages, settings, estimate, is_summary=is_summary)
+    pinned: list[Message] = []
+    ceiling = settings.tail_budget_tokens * settings.ceiling_factor
+    if sum(estimate(m) for m in messages[cut.tail_start:]) > ceiling:
+        # The newest request (and the newest assistant text) anchor the tail: an agent's
+        # hundred tool turns after one ask would all stay verbatim. Cut on the budget
+        # alone, and keep the anchors that land in the middle verbatim just after the
+        # head instead (they came before what the summary covers).
+        alone = choose_cut(messages, settings, estimate, is_summary=lambda m: True)
+        pinned_here = _pinnable(messages, alone)
+        if pinned_here is not None:
+            cut, pinned = alone, pinned_here
     if cut.empty:
         return None
     pruned = prune(messages, cut.head_end)
-    head = list(pruned.messages[:cut.head_end])
-    return Prepared(history, messages, head, messages[cut.head_end:cut.tail_start],
-                    messages[cut.tail_start:], len(pruned.events))
+    head = [*pruned.messages[:cut.head_end], *pinned]
+    middle = [m for m in messages[cut.head_end:cut.tail_start] if not any(
+        m is p for p in pinned)]
+    return Prepared(history, messages, head, middle, messages[cut.tail_start:],
+                    len(pruned.events))
 
 
 def finish(prepared: Prepared, text: str, codec: ItemCodec, *, summariser: str,
-           model: str = "", summary: object = None) -> Compaction:
-    """Assemble the compressed history around the summary ``text`` (phase 4)."""
+           model: str = "", summary: object = None) -> Compaction | None:
+    """Assemble the compressed history around the summary ``text`` (phase 4).
+
+    None when the result would not be at least 10 % smaller: such a compression would
+    bust the provider's prompt cache for nothing, and count against the session's guard.
+    """
     history = prepared.history
     assembled = assemble(prepared.head, text, prepared.tail, NOTE)
     originals = {id(m): item for m, item in zip(prepared.messages, history.items, strict=True)}
@@ -140,6 +210,8 @@ def finish(prepared: Prepared, text: str, codec: ItemCodec, *, summariser: str,
         client=history.client, items=tuple(items), call_id=history.call_id,
         tokens=sum(item.tokens for item in items), compressed=history.compressed + 1,
         summary=summary if summary is not None else text)
+    if compressed.tokens > history.tokens * MIN_SAVING:
+        return None
     return Compaction(compressed, summariser, model, len(history.items),
                       len(prepared.middle), prepared.pruned, summary_raw)
 

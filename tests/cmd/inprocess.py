@@ -19,6 +19,7 @@ from typing import Any
 import openai
 import pytest
 import uvicorn
+from sessionwarden.clock import Clock
 from sessionwarden.cmd.daemon import _Lifespan
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.server import DaemonApp
@@ -33,9 +34,10 @@ class InProcessDaemon:
     """A :class:`Runtime` and its :class:`DaemonApp` on a free loopback port."""
 
     def __init__(self, db: Path, fake: FakeProviderServer, extra_config: str = "",
-                 pipeline: Pipeline | None = None) -> None:
+                 pipeline: Pipeline | None = None, clock: Clock | None = None) -> None:
         self.db = db
         self.pipeline = pipeline
+        self.clock = clock
         self.keys = {"FAKE_KEY_A": "sk-test-a-" + secrets.token_hex(8),
                      "FAKE_KEY_B": "sk-test-b-" + secrets.token_hex(8)}
         self.config = parse_config(config_text(fake.base_url, list(self.keys),
@@ -48,7 +50,8 @@ class InProcessDaemon:
 
     def start(self) -> InProcessDaemon:
         """Start the runtime (orphans completed), then serve until :meth:`stop`."""
-        self.rt = Runtime(self.config, self.db, self.keys, pipeline=self.pipeline)
+        self.rt = Runtime(self.config, self.db, self.keys, pipeline=self.pipeline,
+                          clock=self.clock)
         self.rt.start()
         app = DaemonApp(self.rt, self.token, max_body_bytes=1 << 20)
         sock = socket.socket()

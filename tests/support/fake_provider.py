@@ -102,6 +102,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]  # lowercase keys
     body: Any  # parsed JSON body, or None
+    raw: bytes = b""  # the body's bytes as received
 
 
 @dataclass
@@ -245,7 +246,7 @@ async def _prepare(
         body = json.loads(raw) if raw else None
     except ValueError:
         body = None
-    state.record(RecordedRequest(request.method, request.url.path, headers, body))
+    state.record(RecordedRequest(request.method, request.url.path, headers, body, raw))
     body = body if isinstance(body, dict) else {}
     opts = FakeOptions.parse(body, headers)
     if opts.delay_ms:
