@@ -47,13 +47,23 @@ def read_status(log: EventLog, config: Config, session_id: str) -> ContextStatus
     return with_threshold(status, threshold, enabled=config.compression.enabled)
 
 
-def status_json(status: ContextStatus) -> dict[str, Any]:
-    """``status`` as a JSON object (times in ISO 8601), plus ``context_percent``.
+def _times(value: Any) -> Any:
+    """``value`` with every datetime as the log writes times (microseconds, ``+00:00``)."""
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="microseconds")
+    if isinstance(value, dict):
+        return {k: _times(v) for k, v in value.items()}
+    return value
 
+
+def status_json(status: ContextStatus) -> dict[str, Any]:
+    """``status`` as a JSON object, plus ``context_percent``.
+
+    Times are written as ``usage --json`` writes them (``2026-12-01T09:00:00.000000+00:00``).
     ``context_percent`` is the context figure's share of the threshold (None when either
     is unknown).
     """
-    data: dict[str, Any] = msgspec.to_builtins(status)
+    data: dict[str, Any] = _times(msgspec.to_builtins(status, builtin_types=(datetime,)))
     figure, threshold = status.context, status.threshold_tokens
     data["context_percent"] = (round(100.0 * figure.tokens / threshold, 1)
                                if figure is not None and threshold else None)

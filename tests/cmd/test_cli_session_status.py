@@ -91,6 +91,8 @@ def test_status_session_json(db: Path, tmp_path: Path,
     assert data["context"] == {"tokens": 21_000, "source": "estimated", "call_id": "c2"}
     assert (data["threshold_tokens"], data["context_percent"]) == (192_000, 10.9)
     assert (data["calls"], data["provider"], data["model"]) == (2, "openai", "gpt-4o")
+    assert (data["started_at"], data["last_at"]) == (  # as usage --json writes times
+        "2026-12-01T09:00:00.000000+00:00", "2026-12-01T09:02:00.000000+00:00")
     assert data["compressions"] == 1
     last = data["last_compression"]
     assert (last["tokens_before"], last["tokens_after"], last["saved_tokens"],
@@ -98,9 +100,9 @@ def test_status_session_json(db: Path, tmp_path: Path,
                                                            "builtin-fallback")
     assert (data["spills"], data["spilled_bytes"], data["spills_truncated"]) == (1, 150_000, 0)
     assert data["summariser_failures"] == 1
-    assert data["last_failure"]["cooldown_until"] == "2026-12-01T09:11:00Z"
+    assert data["last_failure"]["cooldown_until"] == "2026-12-01T09:11:00.000000+00:00"
     assert data["pending_compaction"] == {"focus": "the failing\x1b[31m test",
-                                          "requested_at": "2026-12-01T09:02:00Z"}
+                                          "requested_at": "2026-12-01T09:02:00.000000+00:00"}
 
 
 def test_status_session_text_escapes_what_it_read(
