@@ -10,9 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
+from sessionwarden.actors.messages import new_event
 from sessionwarden.cmd.control import SESSION_ID
 from sessionwarden.cmd.proxy import _SESSION_ID
-from sessionwarden.events import CompactionRequested
+from sessionwarden.events import CompactionRequested, ContextCompressed, ToolResultSpilled
 
 from tests.cmd.daemon_fixtures import MODEL, Daemon, DaemonMaker
 from tests.cmd.inprocess import InProcessDaemon
@@ -64,6 +65,25 @@ def test_compact_is_recorded_and_shown_as_pending(inprocess: InProcessDaemon,
     response = http.post("/v1/sessions/agent-2/compact")
     assert response.status_code == 202 and response.json()["focus"] == ""
     assert http.get("/v1/sessions/agent-2").json()["pending_compaction"]["focus"] == ""
+
+
+def test_status_shows_what_governance_recorded(inprocess: InProcessDaemon,
+                                              http: httpx.Client) -> None:
+    # The compression itself is wired elsewhere: its events are appended here directly.
+    two_calls(inprocess, "agent-6")
+    assert http.post("/v1/sessions/agent-6/compact", json={"focus": "tests"}).status_code == 202
+    inprocess.runtime.log.append("session-agent-6", [
+        new_event(ToolResultSpilled(call_id="c3", message=4, tool="shell", file="f" * 32,
+                                    chars=150_000, bytes=150_000)),
+        new_event(ContextCompressed(call_id="c3", trigger="requested", focus="tests",
+                                    tokens_before=70_000, tokens_after=21_000,
+                                    summarised=30)),
+    ])
+    data = http.get("/v1/sessions/agent-6").json()
+    assert (data["spills"], data["spilled_bytes"], data["compressions"]) == (1, 150_000, 1)
+    assert data["last_compression"]["saved_tokens"] == 49_000
+    assert data["last_compression"]["saved_percent"] == 70.0
+    assert data["pending_compaction"] is None  # the compression served the request
 
 
 def test_the_control_api_needs_the_daemons_token(inprocess: InProcessDaemon) -> None:
