@@ -101,7 +101,7 @@ def status_text(status: ContextStatus, now: datetime) -> str:
     text = f"compressions: {status.compressions}"
     if last is not None:
         focus = f", focus {printable(repr(last.focus))}" if last.focus else ""
-        text += (f"; last {_time(last.at)}: {printable(last.trigger)}, "
+        text += (f"\n  last {_time(last.at)}: {printable(last.trigger)}, "
                  f"{printable(last.summariser)}, {_n(last.tokens_before)} -> "
                  f"{_n(last.tokens_after)} tokens (saved {_n(last.saved_tokens)}, "
                  f"{last.saved_percent} %), {last.summarised} messages summarised{focus}")
@@ -118,7 +118,7 @@ def status_text(status: ContextStatus, now: datetime) -> str:
     text = f"summariser failures: {status.summariser_failures}"
     if failure is not None:
         state = "active" if failure.cooldown_until > now else "over"
-        text += (f"; last {_time(failure.at)}: {printable(failure.model)}: "
+        text += (f"\n  last {_time(failure.at)}: {printable(failure.model)}: "
                  f"{printable(failure.reason)} ({printable(failure.action)}), cooldown until "
                  f"{_time(failure.cooldown_until)} ({state})")
     lines.append(text)

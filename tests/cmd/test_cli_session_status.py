@@ -115,11 +115,12 @@ def test_status_session_text_escapes_what_it_read(
     assert lines[:2] == ["session: work", "model: openai/gpt-4o"]
     # No config: gpt-4o has no [[models]] entry, so the default window's trigger.
     assert "context: 21,000 / 64,000 tokens (32.8 %, estimated)" in lines
-    assert ("compressions: 1; last 2026-12-01 09:01:00: threshold, builtin-fallback, "
-            "80,000 -> 20,000 tokens (saved 60,000, 75.0 %), 40 messages summarised") in lines
+    assert lines[lines.index("compressions: 1") + 1] == (
+        "  last 2026-12-01 09:01:00: threshold, builtin-fallback, 80,000 -> 20,000 tokens "
+        "(saved 60,000, 75.0 %), 40 messages summarised")
     assert "spills: 1 (150,000 bytes)" in lines
-    assert any(line.startswith("summariser failures: 1; last 2026-12-01 09:01:00: "
-                               "openai/gpt-4o-mini: HTTP 503") for line in lines)
+    assert lines[lines.index("summariser failures: 1") + 1].startswith(
+        "  last 2026-12-01 09:01:00: openai/gpt-4o-mini: HTTP 503")
     assert "cooldown until 2026-12-01 09:11:00 (over)" in out  # that was long ago
     assert "focus 'the failing\\x1b[31m test'" in out and "\x1b" not in out
 
