@@ -16,6 +16,10 @@ Cost rules (a cost that is not known is never shown as 0):
 A query that matches nothing is not an error (exit 0): the text says so, ``--json``
 prints the empty answer (``usage``: ``[]``; ``status``: its object with no sessions).
 
+``status --session ID`` shows that one session's context instead, read from its stream
+(``cmd/session_status.py``; the threshold from ``--config``): it names one session, so a
+session the log does not have is an error (one line, exit 1), not an empty answer.
+
 ``--since`` is inclusive. ``--until`` is inclusive too: a date covers that whole day, a
 datetime is the last instant included. Times are UTC unless they carry an offset.
 Per group, calls whose usage ``source`` is not ``"provider"`` are counted by source
@@ -25,6 +29,7 @@ Per group, calls whose usage ``source`` is not ``"provider"`` are counted by sou
 import argparse
 import csv
 import json
+import os
 import sys
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
@@ -33,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.errors import CommandError, UsageError
-from sessionwarden.cmd.terminal import Column, render_table, terminal_width
+from sessionwarden.cmd.session_status import read_status, status_json, status_text
+from sessionwarden.cmd.terminal import Column, printable, render_table, terminal_width
 from sessionwarden.store import EventLog
 from sessionwarden.store.schema import translate
 
@@ -105,7 +112,11 @@ def add_usage_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]
     p.set_defaults(run=run_usage)
 
     p = sub.add_parser("status", help="sessions, their usage, and the credential pool")
-    p.add_argument("--session", metavar="ID", help="only this session")
+    p.add_argument("--session", metavar="ID",
+                   help="one session's context: used vs threshold, compressions, spills")
+    p.add_argument("--config", type=Path, default=None,
+                   help="TOML config the threshold comes from, with --session "
+                        "(default: $SESSIONWARDEN_CONFIG, else the environment)")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(run=run_status)
 
@@ -260,8 +271,29 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
     return 0
 
 
+def _run_session_status(args: argparse.Namespace, db: Path) -> int:
+    config = load_config(args.config, os.environ)
+    with EventLog(db, readonly=True) as log:
+        try:
+            status = read_status(log, config, args.session)
+        except apsw.Error as exc:
+            raise translate(exc, db) from None
+    if status is None:
+        raise CommandError(f"no session {printable(args.session)!r} in {db}")
+    if args.json:
+        print(json.dumps(status_json(status), indent=2))
+    else:
+        print(status_text(status, datetime.now(UTC)))
+    return 0
+
+
 def run_status(args: argparse.Namespace, db: Path) -> int:
-    """Print the log head, the credential pool and each session with its usage."""
+    """Print the log head, the credential pool and each session with its usage.
+
+    With ``--session ID``: that session's context status (``cmd/session_status.py``).
+    """
+    if args.session is not None:
+        return _run_session_status(args, db)
     where, params = ("session_id = ?", (args.session,)) if args.session else ("1", ())
     with EventLog(db, readonly=True) as log:
         conn = log.read_connection()

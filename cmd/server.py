@@ -20,6 +20,7 @@ from typing import Any
 from loguru import logger
 from sessionwarden import __version__
 from sessionwarden.cmd.access import access_logged
+from sessionwarden.cmd.control import CONTROL_PREFIX, control
 from sessionwarden.cmd.errors import BodyTooLarge
 from sessionwarden.cmd.http import (
     ASGIReceive,
@@ -64,7 +65,7 @@ def _bracketed(hosts: frozenset[str]) -> frozenset[str]:
 
 
 class DaemonApp:
-    """The proxy (and its health check) as one raw ASGI callable."""
+    """The proxy, the control API (``cmd/control.py``) and the health check: one ASGI app."""
 
     def __init__(
         self,
@@ -146,6 +147,9 @@ class DaemonApp:
             except ConnectionAbortedError:
                 return
             await chat_completions(self.runtime, headers, body, receive, send)
+            return
+        if path.startswith(CONTROL_PREFIX):
+            await control(self.runtime, method, path, receive, send)
             return
         await send_error(send, 404, f"no route for {method} {path}", code="not_found")
 

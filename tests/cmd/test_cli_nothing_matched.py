@@ -2,8 +2,8 @@
 
 ``events``, ``usage`` and ``status`` exit 0 when their filters match nothing. The text
 output says so (``events`` on stderr, so a pipe sees no lines); ``--json`` prints the
-empty answer: no lines for ``events``, ``[]`` for ``usage``, the usual object with no
-sessions for ``status``.
+empty answer: no lines for ``events``, ``[]`` for ``usage``. ``status --session ID`` is
+not a filter but names one session: one the log does not have is an error (exit 1).
 """
 
 import json
@@ -49,8 +49,8 @@ def test_the_fixture_matches_what_the_filters_name(
                .splitlines()) == 3
     assert len(json.loads(run(capsys, "usage", "--db", str(db), "--session", "alpha",
                               "--json")[1])) == 1
-    assert len(json.loads(run(capsys, "status", "--db", str(db), "--session", "alpha",
-                              "--json")[1])["sessions"]) == 1
+    assert json.loads(run(capsys, "status", "--db", str(db), "--session", "alpha",
+                          "--json")[1])["calls"] == 1
 
 
 @pytest.mark.parametrize("filters", [["--stream", "session-nobody"], ["--after", "4"],
@@ -80,11 +80,10 @@ def test_usage_matching_nothing(db: Path, capsys: pytest.CaptureFixture[str]) ->
     assert (code, err) == (0, "") and len(out.splitlines()) == 1  # the header only
 
 
-def test_status_matching_nothing(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "status", "--db", str(db), "--session", "nobody")
-    assert (code, err) == (0, "")
-    assert out.startswith("events: 3\n")
-    assert out.endswith("sessions: none recorded matching the filters\n")
-    code, out, err = run(capsys, "status", "--db", str(db), "--session", "nobody", "--json")
-    assert (code, err) == (0, "")
-    assert json.loads(out) == {"sessions": [], "credentials": [], "events": 3}
+def test_status_of_an_unknown_session_is_an_error(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for fmt in ([], ["--json"]):
+        code, out, err = run(capsys, "status", "--db", str(db), "--session", "nobody", *fmt)
+        assert (code, out) == (1, "")
+        assert err == f"sessionwarden: no session 'nobody' in {db}\n"

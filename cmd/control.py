@@ -1,0 +1,128 @@
+"""The control API, for agents that integrate explicitly: a session's status, and compact now.
+
+- ``GET /v1/sessions/{id}``: the session's context status, the JSON of
+  ``sessionwarden status --session ID --json`` (``cmd/session_status.py``); 404 for a
+  session the log does not have. The stream is read in a worker thread: the event loop
+  never waits on SQLite.
+- ``POST /v1/sessions/{id}/compact``, with an optional JSON body ``{"focus": "..."}``
+  (a topic the summary should keep: at most 500 printable characters): asks the
+  session's actor to compress the session's history, and answers 202 once the request is
+  durable (a ``CompactionRequested`` event). The compression happens at the session's
+  next call: the daemon keeps hashes of a stateless client's history, not the history,
+  so the next request is what brings the messages to compress. 404 for an unknown session,
+  503 when its actor or the log cannot take the request.
+
+Auth is the daemon's: like every path but ``/healthz``, these need ``Authorization:
+Bearer <token>`` (checked in ``cmd/server.py`` before routing, with the Host check), and
+the daemon listens on loopback unless started with ``--allow-remote``. Session ids follow
+the proxy's ``X-Session-Id`` rule. Errors are OpenAI-shaped JSON, as everywhere else.
+"""
+
+import asyncio
+import re
+
+import msgspec
+from sessionwarden.actors.bridge import ask
+from sessionwarden.actors.errors import ActorUnavailable
+from sessionwarden.actors.messages import RequestCompaction
+from sessionwarden.cmd.errors import BodyTooLarge
+from sessionwarden.cmd.http import ASGIReceive, ASGISend, read_body, send_error, send_json
+from sessionwarden.cmd.runtime import Runtime
+from sessionwarden.cmd.session_status import read_status, status_json
+from sessionwarden.store.errors import StoreError
+
+__all__ = ["CONTROL_PREFIX", "MAX_FOCUS_CHARS", "SESSION_ID", "control"]
+
+#: Every control path starts so; the session id follows.
+CONTROL_PREFIX = "/v1/sessions/"
+#: The longest ``focus`` accepted, in characters.
+MAX_FOCUS_CHARS = 500
+#: A session id: the proxy's rule for ``X-Session-Id``.
+SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+#: A compact request's body is a short JSON object; anything larger is refused (413).
+_MAX_BODY = 16 * 1024
+
+
+class _CompactBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    focus: str = ""
+
+
+_decode_compact = msgspec.json.Decoder(_CompactBody).decode
+
+
+async def control(rt: Runtime, method: str, path: str, receive: ASGIReceive,
+                  send: ASGISend) -> None:
+    """Serve a request whose ``path`` starts with :data:`CONTROL_PREFIX` (already authorised)."""
+    session_id, slash, action = path[len(CONTROL_PREFIX):].partition("/")
+    if slash and action != "compact":
+        await send_error(send, 404, f"no route for {method} {path}", code="not_found")
+        return
+    if not SESSION_ID.fullmatch(session_id):
+        await send_error(send, 400, "a session id is 1-128 characters of A-Z a-z 0-9 . _ : @ -",
+                         code="invalid_session_id")
+        return
+    wanted = "POST" if slash else "GET"
+    if method != wanted:
+        await send_error(send, 405, f"use {wanted}", headers=[(b"allow", wanted.encode())])
+        return
+    if slash:
+        await _compact(rt, session_id, receive, send)
+    else:
+        await _status(rt, session_id, send)
+
+
+async def _unavailable(send: ASGISend, what: str, exc: Exception) -> None:
+    await send_error(send, 503, f"sessionwarden cannot {what} right now ({exc})",
+                     kind="server_error", code="unavailable", headers=[(b"retry-after", b"1")])
+
+
+async def _status(rt: Runtime, session_id: str, send: ASGISend) -> None:
+    try:
+        status = await asyncio.to_thread(read_status, rt.log, rt.config, session_id)
+    except StoreError as exc:
+        await _unavailable(send, "read its event log", exc)
+        return
+    if status is None:
+        await send_error(send, 404, f"no session {session_id!r}", code="session_not_found")
+        return
+    await send_json(send, 200, status_json(status))
+
+
+async def _focus(receive: ASGIReceive, send: ASGISend) -> str | None:
+    """The request's focus ("" without a body), or None once an error has been sent."""
+    try:
+        body = await read_body(receive, _MAX_BODY)
+    except BodyTooLarge:
+        await send_error(send, 413, f"body exceeds {_MAX_BODY} bytes", code="body_too_large")
+        return None
+    except ConnectionAbortedError:
+        return None
+    if not body.strip():
+        return ""
+    try:
+        focus = _decode_compact(body).focus
+    except msgspec.DecodeError as exc:  # ValidationError included: wrong type, unknown key
+        await send_error(send, 400, f'expected a JSON object {{"focus": "<topic>"}}: {exc}',
+                         code="invalid_body")
+        return None
+    if len(focus) > MAX_FOCUS_CHARS or not focus.isprintable():
+        await send_error(send, 400, f"focus must be at most {MAX_FOCUS_CHARS} printable "
+                         "characters (no line breaks or control characters)",
+                         code="invalid_focus")
+        return None
+    return focus
+
+
+async def _compact(rt: Runtime, session_id: str, receive: ASGIReceive, send: ASGISend) -> None:
+    focus = await _focus(receive, send)
+    if focus is None:
+        return
+    try:
+        known = await ask(rt.session_ref(session_id), RequestCompaction(session_id, focus))
+    except (ActorUnavailable, StoreError) as exc:
+        await _unavailable(send, "record the request", exc)
+        return
+    if not known:
+        await send_error(send, 404, f"no session {session_id!r}", code="session_not_found")
+        return
+    await send_json(send, 202, {"session_id": session_id, "scheduled": True, "focus": focus})
