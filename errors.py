@@ -33,6 +33,7 @@ it into a short message instead of a traceback. The whole tree::
     │   └── ActorCrash
     ├── sessionwarden.upstream.errors.UpstreamError  wire formats and streams
     │   ├── MalformedRequest
+    │   ├── MalformedResponse
     │   └── EventTooLarge
     └── sessionwarden.cmd.errors.CommandError        the CLI and the HTTP layer
         ├── UsageError

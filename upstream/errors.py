@@ -5,12 +5,13 @@ The tree::
     SessionwardenError
     └── UpstreamError
         ├── MalformedRequest     a client's body is not the wire format it claims (400)
+        ├── MalformedResponse    an upstream's answer is not the wire format it claims
         └── EventTooLarge        an upstream stream event exceeds the bound on its size
 """
 
 from sessionwarden.errors import SessionwardenError
 
-__all__ = ["EventTooLarge", "MalformedRequest", "UpstreamError"]
+__all__ = ["EventTooLarge", "MalformedRequest", "MalformedResponse", "UpstreamError"]
 
 
 class UpstreamError(SessionwardenError):
@@ -28,6 +29,13 @@ class MalformedRequest(UpstreamError):
         """``message`` is short and safe to show the client."""
         super().__init__(message)
         self.code = code
+
+
+class MalformedResponse(UpstreamError):
+    """An upstream's successful answer cannot be read in its wire format.
+
+    The message is short and quotes nothing of the answer (it may echo the prompt).
+    """
 
 
 class EventTooLarge(UpstreamError):

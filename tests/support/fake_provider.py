@@ -71,12 +71,19 @@ class FakeOptions:
     end_after_chunks: int | None = None  # end the stream cleanly after N events (no [DONE])
     break_after_chunks: int | None = None  # break the connection after N events
     junk_bytes: int = 0  # a stream of this many bytes with no event separator at all
+    reply: str | None = None  # the answer's text instead of "ok: <last user text>"
+    raw_body: str | None = None  # a 200 answer's body verbatim (a malformed one, say)
 
     @classmethod
-    def parse(cls, body: dict[str, Any], headers: dict[str, str]) -> FakeOptions:
-        """Merge the body ``fake`` object with ``x-fake-*`` headers (JSON-decoded when possible)."""
+    def parse(cls, body: dict[str, Any], headers: dict[str, str],
+              defaults: dict[str, Any] | None = None) -> FakeOptions:
+        """Merge ``defaults``, the body ``fake`` object and ``x-fake-*`` headers, later winning.
+
+        Header values are JSON-decoded when possible.
+        """
         raw = body.get("fake")
-        opts: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+        opts: dict[str, Any] = dict(defaults or {})
+        opts.update(raw if isinstance(raw, dict) else {})
         for f in fields(cls):
             value = headers.get("x-fake-" + f.name.replace("_", "-"))
             if value is not None:
@@ -107,10 +114,16 @@ class RecordedRequest:
 
 @dataclass
 class FakeProviderState:
-    """Thread-safe record of the requests received, plus counters (``total``, per path, errors)."""
+    """Thread-safe record of the requests received, plus counters (``total``, per path, errors).
+
+    ``by_model`` steers requests the test cannot add a ``fake`` object or header to (the
+    daemon's own side calls): options, as in :class:`FakeOptions`, for every request
+    naming that model (the body's ``fake`` and the headers still win).
+    """
 
     requests: list[RecordedRequest] = field(default_factory=list)
     counters: Counter[str] = field(default_factory=Counter)
+    by_model: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, request: RecordedRequest) -> None:
@@ -137,10 +150,11 @@ class FakeProviderState:
             return self.requests[-1]
 
     def clear(self) -> None:
-        """Forget all recorded requests and counters."""
+        """Forget all recorded requests, counters and per-model options."""
         with self._lock:
             self.requests.clear()
             self.counters.clear()
+            self.by_model.clear()
 
 
 def _text(content: Any) -> str:
@@ -248,7 +262,9 @@ async def _prepare(
         body = None
     state.record(RecordedRequest(request.method, request.url.path, headers, body, raw))
     body = body if isinstance(body, dict) else {}
-    opts = FakeOptions.parse(body, headers)
+    model = body.get("model")
+    opts = FakeOptions.parse(body, headers,
+                             state.by_model.get(model) if isinstance(model, str) else None)
     if opts.delay_ms:
         await asyncio.sleep(opts.delay_ms / 1000)
     return body, headers, opts
@@ -270,7 +286,11 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
             return _error(opts, headers, anthropic=False)
         if opts.redirect:
             return Response(status_code=307, headers={"location": opts.redirect})
+        if opts.raw_body is not None:
+            return Response(opts.raw_body.encode(), media_type="application/json")
         prompt, cached, text = _token_counts(body)
+        if opts.reply is not None:
+            text = opts.reply
         key = headers.get("authorization", "").removeprefix("Bearer ")
         if opts.echo_key_ok:
             text += f" (your key is {key})"

@@ -187,3 +187,28 @@ def test_stop_releases_a_hung_stream_with_client_attached() -> None:
     t.join(3)
     assert not t.is_alive()
     assert len(lines) == 1 and lines[0].startswith("data: {")
+
+
+def test_options_by_model_reply_and_raw_body() -> None:
+    state = FakeProviderState()
+    state.by_model["gone"] = {"status": 404}
+    state.by_model["wordy"] = {"reply": "## Goal\n- g", "delay_ms": 1}
+    state.by_model["broken"] = {"raw_body": "not json"}
+    with FakeProviderServer(state) as srv:
+        url = srv.base_url + "/chat/completions"
+
+        def post(model: str, **extra: object) -> httpx.Response:
+            body = {"model": model, "messages": [{"role": "user", "content": "hi"}], **extra}
+            return httpx.post(url, json=body)
+
+        gone = post("gone")
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "model_not_found"
+        assert post("gone", fake={"status": None}).status_code == 200  # the body wins
+        answer = post("wordy").json()
+        assert answer["choices"][0]["message"]["content"] == "## Goal\n- g"
+        assert answer["usage"]["completion_tokens"] == len("## Goal\n- g") // 4 + 1
+        broken = post("broken")
+        assert broken.status_code == 200 and broken.text == "not json"
+        assert post("other").json()["choices"][0]["message"]["content"] == "ok: hi"
+    state.clear()
+    assert state.by_model == {}
