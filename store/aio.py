@@ -106,7 +106,7 @@ async def append_batch_async(
     writer: GroupCommitWriter,
     appends: Sequence[StreamAppend],
     tracking: Tracking | None = None,
-    contents: Sequence[ContentRow] = (),
+    contents: Sequence[ContentRow] | None = None,
 ) -> list[AppendResult]:
     """Submit an atomic append to ``writer`` and wait for it without blocking the loop.
 

@@ -59,7 +59,7 @@ def encode_contents(appends: Sequence[StreamAppend]) -> list[ContentRow]:
     """
     rows: dict[str, ContentRow] = {}
     for part in appends:
-        for content in part.contents:
+        for content in getattr(part, "contents", ()):
             key, data = getattr(content, "key", None), getattr(content, "data", None)
             if not isinstance(key, str) or not isinstance(data, bytes):
                 raise StoreProgrammingError("contents must be Content with str key, bytes data")

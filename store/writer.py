@@ -29,7 +29,7 @@ from pathlib import Path
 import apsw
 from loguru import logger
 from sessionwarden.store.bulk import insert_rows
-from sessionwarden.store.contents import ContentRow
+from sessionwarden.store.contents import ContentRow, encode_contents
 from sessionwarden.store.errors import (
     ConflictError,
     StoreClosed,
@@ -120,19 +120,30 @@ class GroupCommitWriter:
         callback: Callable[[AppendRequest], None] | None = None,
         *,
         will_wait: bool = False,
-        contents: Sequence[ContentRow] = (),
+        contents: Sequence[ContentRow] | None = None,
     ) -> AppendRequest:
         """Queue an atomic append; returns at once with the pending request.
 
         ``will_wait`` promises that the caller will :meth:`~AppendRequest.wait` for it,
         which lets the writer leave its wake-up to the waiter before it (see
         ``sessionwarden.store.request``). ``contents`` are the rows of the appends'
-        contents (``sessionwarden.store.contents.encode_contents``), written in the
-        same transaction as the events, and only if they are.
+        contents (``sessionwarden.store.contents.encode_contents``, which runs here
+        when they are not given), written in the same transaction as the events, and
+        only if they are.
         """
         relay = self._relay if will_wait and callback is None else None
+        failure: StoreError | None = None
+        if contents is None:
+            try:
+                contents = encode_contents(appends)
+            except StoreError as exc:
+                contents, failure = (), exc
+            except Exception as exc:  # a malformed request fails alone, never the writer
+                contents, failure = (), _bug(exc)
         request = AppendRequest(appends, tracking, callback, relay, contents)
-        if self._closed or not self._inbox.put(request):
+        if failure is not None:
+            request.finish(None, failure)
+        elif self._closed or not self._inbox.put(request):
             request.finish(None, StoreClosed("the event log is closed"))
         return request
 

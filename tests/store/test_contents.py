@@ -138,6 +138,19 @@ def test_a_content_whose_key_is_not_its_hash_is_refused(log: EventLog, db: Path)
     assert log.stream_version("s") == 0
 
 
+def test_the_writer_used_directly_encodes_and_checks_contents(log: EventLog) -> None:
+    writer = log._writer
+    assert writer is not None
+    good = writer.submit([StreamAppend("s", (ev(),), contents=(content(b"direct"),))])
+    bad = writer.submit([StreamAppend("t", (ev(),), contents=(Content("0" * 32, b"x"),))])
+    assert good.wait(10)
+    with pytest.raises(StoreProgrammingError, match="not the key of its data"):
+        bad.wait(10)
+    assert log.read_contents([content_key(b"direct"), "0" * 32]) == {
+        content_key(b"direct"): b"direct"}
+    assert log.stream_version("t") == 0
+
+
 def test_contents_are_immutable(log: EventLog, db: Path) -> None:
     append_with(log, "s", content(b"fixed"))
     with plain(db) as conn:

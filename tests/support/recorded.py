@@ -17,6 +17,7 @@ from sessionwarden.events import (
     ContentRef,
     Event,
     RequestRecorded,
+    SessionStarted,
 )
 from sessionwarden.store import Content, EventLog, NewEvent, StreamAppend, content_key
 
@@ -52,13 +53,15 @@ class RecordedSession:
         restart: Sequence[bytes] | None = None,
         decisions: Sequence[Event] = (),
         stored: bool = True,
-        credential: str = "fp-0123456789ab",
+        store_contents: bool | None = None,
+        credential: str = "fp:0123456789ab",
         model: str = "m1",
     ) -> None:
         """Record a call that sent the history so far plus ``new``.
 
         ``restart`` starts the governed history afresh with these messages (a
-        compression, or a reset) before ``new`` is added.
+        compression, or a reset) before ``new`` is added. ``stored`` is the record's
+        flag; ``store_contents`` (default: ``stored``) whether the contents go with it.
         """
         if restart is not None:
             self.history = list(restart)
@@ -76,10 +79,11 @@ class RecordedSession:
             stored=stored,
         )
         contents: tuple[Content, ...] = ()
-        if stored:
+        if stored if store_contents is None else store_contents:
             contents = tuple(
                 Content(content_key(d), d) for d in (self.fields, self.system, *appended))
         admitted = [
+            *([SessionStarted(model=f"p1/{model}")] if not self.calls else []),
             CallAdmitted(call_id=call_id, provider="p1", model=model,
                          message_count=len(self.history) + 1),
             *decisions,
