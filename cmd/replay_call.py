@@ -198,7 +198,9 @@ def decision_line(event: Event) -> str:
 
 
 def _decision_json(event: Event) -> dict[str, Any]:
-    return {"event": type(event).type_tag(), **msgspec.to_builtins(event)}
+    # Every field, defaults included: a reader should not have to know them.
+    fields: dict[str, Any] = msgspec.to_builtins(msgspec.structs.asdict(event))
+    return {"event": type(event).type_tag(), **fields}
 
 
 def _completeness(sent: SentRequest) -> str:
