@@ -1,7 +1,8 @@
 """CLI commands that read and audit the log: ``events`` and ``replay``; and ``demo``.
 
 ``events`` and ``replay`` open the database read-only and never block a live daemon:
-reads are short transactions on a WAL database. ``demo`` (``cmd/demo.py``, imported when
+reads are short transactions on a WAL database. ``replay --session ID --call N`` prints
+one call's request instead (``cmd/replay_call.py``). ``demo`` (``cmd/demo.py``, imported when
 it runs: it starts a daemon) plays a scripted session through a real daemon.
 
 Every string read from the log is escaped before it reaches a terminal
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from sessionwarden.cmd.errors import UsageError
+from sessionwarden.cmd.replay_call import content_references, run_replay_call
 from sessionwarden.cmd.terminal import json_safe, printable
 from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.store import EventLog, RecordedEvent, replay
@@ -34,6 +37,8 @@ REPLAY_EXIT_CODES = {
     "inserted": 3,
     "unlinked": 3,
     "misindexed": 3,
+    "content_modified": 3,
+    "content_missing": 3,
     "undecodable": 4,
     "view_mismatch": 5,
 }
@@ -62,8 +67,15 @@ def add_log_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(run=run_events)
 
-    p = sub.add_parser("replay", help="rebuild every view from the log; --verify audits it")
-    p.add_argument("--verify", action="store_true", help="check the hash chain and the views")
+    p = sub.add_parser(
+        "replay", help="rebuild every view from the log; --verify audits it; --session and "
+        "--call print the exact request a call sent upstream")
+    p.add_argument("--verify", action="store_true",
+                   help="check the hash chain, the stored contents and the views")
+    p.add_argument("--session", metavar="ID", help="with --call: the session of the call")
+    p.add_argument("--call", metavar="N|CALL_ID",
+                   help="print the request this call sent upstream: the session's N-th "
+                   "recorded call (from 1), or a call id")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(run=run_replay)
 
@@ -113,8 +125,18 @@ def run_events(args: argparse.Namespace, db: Path) -> int:
 
 
 def run_replay(args: argparse.Namespace, db: Path) -> int:
-    """Rebuild the views (and with --verify audit the log); exit code names the finding."""
-    report = replay(db, default_projections(), verify=args.verify)
+    """Rebuild the views (and with --verify audit the log); exit code names the finding.
+
+    With ``--session`` and ``--call``: print that call's request instead.
+    """
+    if args.session is not None or args.call is not None:
+        if args.session is None or args.call is None:
+            raise UsageError("replay: --session and --call go together")
+        if args.verify:
+            raise UsageError("replay: --verify audits the whole log; it takes no --call")
+        return run_replay_call(args, db)
+    report = replay(db, default_projections(), verify=args.verify,
+                    references=content_references)
     if args.json:
         fields = ("ok", "events", "first_bad_seq", "kind", "detail")
         print(json_safe(_json.encode({f: getattr(report, f) for f in fields}).decode()))

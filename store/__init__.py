@@ -2,8 +2,11 @@
 
 Public surface::
 
-    EventLog            open a log; append, append_batch, submit, read_all, read_stream
-    NewEvent, StreamAppend, Tracking, AppendResult, RecordedEvent, ANY/NO_STREAM/EXISTS
+    EventLog            open a log; append, append_batch, submit, read_all, read_stream,
+                        read_contents
+    NewEvent, StreamAppend, Content, Tracking, AppendResult, RecordedEvent,
+    ANY/NO_STREAM/EXISTS
+    content_key         the key a Content is stored under
     Projection          the protocol of a derived view; StreamsView is the built-in one
     replay, ReplayReport, verify_chain, ChainReport
     InstanceLock        the single-instance claim of a daemon
@@ -11,6 +14,7 @@ Public surface::
 """
 
 from sessionwarden.store import errors
+from sessionwarden.store.hashing import content_key
 from sessionwarden.store.lock import InstanceLock
 from sessionwarden.store.log import EventLog
 from sessionwarden.store.projections import Projection
@@ -19,6 +23,7 @@ from sessionwarden.store.records import (
     EXISTS,
     NO_STREAM,
     AppendResult,
+    Content,
     ExpectedVersion,
     NewEvent,
     RecordedEvent,
@@ -37,6 +42,7 @@ __all__ = [
     "NO_STREAM",
     "AppendResult",
     "ChainReport",
+    "Content",
     "EventLog",
     "ExpectedVersion",
     "InstanceLock",
@@ -48,6 +54,7 @@ __all__ = [
     "StreamState",
     "StreamsView",
     "Tracking",
+    "content_key",
     "default_db_path",
     "errors",
     "replay",

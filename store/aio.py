@@ -17,6 +17,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 
+from sessionwarden.store.contents import ContentRow
 from sessionwarden.store.errors import StoreClosed
 from sessionwarden.store.records import AppendResult, StreamAppend, Tracking
 from sessionwarden.store.writer import AppendRequest, GroupCommitWriter
@@ -105,8 +106,12 @@ async def append_batch_async(
     writer: GroupCommitWriter,
     appends: Sequence[StreamAppend],
     tracking: Tracking | None = None,
+    contents: Sequence[ContentRow] | None = None,
 ) -> list[AppendResult]:
-    """Submit an atomic append to ``writer`` and wait for it without blocking the loop."""
+    """Submit an atomic append to ``writer`` and wait for it without blocking the loop.
+
+    ``contents`` are the appends' encoded contents (see ``GroupCommitWriter.submit``).
+    """
     loop = asyncio.get_running_loop()
     delivery = _delivery(writer, loop)
     future: asyncio.Future[AppendRequest] = loop.create_future()
@@ -120,7 +125,7 @@ async def append_batch_async(
         if submitted:
             delivery.deliver(future, done)
 
-    request = writer.submit(appends, tracking, callback)
+    request = writer.submit(appends, tracking, callback, contents=contents)
     submitted = True
     if not request.finished:
         request = await future

@@ -6,12 +6,16 @@ variable-length field length-prefixed so no two different rows can encode to the
 bytes. The domain tag keeps these hashes from
 ever colliding with hashes computed for another purpose. The chain starts from
 :data:`GENESIS`, 32 zero bytes.
+
+:func:`content_key` names a stored content. It is the same function as
+``sessionwarden.domain.transcript.content_key`` (the store cannot import the domain; a
+test holds the two equal).
 """
 
 import hashlib
 import struct
 
-__all__ = ["DOMAIN", "GENESIS", "event_hash"]
+__all__ = ["DOMAIN", "GENESIS", "content_key", "event_hash"]
 
 DOMAIN = b"sessionwarden.event.v1\x00"
 GENESIS = bytes(32)
@@ -51,3 +55,8 @@ def event_hash(
             )
         )
     ).digest()
+
+
+def content_key(data: bytes) -> str:
+    """The key ``data`` is stored under: SHA-256, first 16 bytes, as 32 hex characters."""
+    return hashlib.sha256(data).digest()[:16].hex()

@@ -1,7 +1,8 @@
 """The event log: append events to streams, read them back, in one SQLite file.
 
 :class:`EventLog` is the store's facade. Writes go through the process's single
-:class:`~sessionwarden.store.writer.GroupCommitWriter`; reads use one read-only
+:class:`~sessionwarden.store.writer.GroupCommitWriter` (with the contents an append
+carries, content-addressed, in the same transaction); reads use one read-only
 connection per thread, each read a short transaction, so readers never hold the WAL back
 and never block the writer. A log opened with ``readonly=True`` has no writer at all and
 never creates or changes a file; that is how the CLI reads a log a daemon is writing.
@@ -9,12 +10,13 @@ never creates or changes a file; that is how the CLI reads a log a daemon is wri
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
 import apsw
 from sessionwarden.store.aio import append_batch_async
+from sessionwarden.store.contents import ContentRow, encode_contents, read_stored
 from sessionwarden.store.errors import StoreClosed, StoreProgrammingError
 from sessionwarden.store.hashing import GENESIS
 from sessionwarden.store.projections import Projection
@@ -133,8 +135,9 @@ class EventLog:
         timeout: float | None = None,
     ) -> list[AppendResult]:
         """Append to several streams (and record ``tracking``) in one atomic commit."""
-        writer = self._checked_writer(appends, tracking)
-        return writer.submit(appends, tracking, will_wait=True).wait(timeout)
+        writer, contents = self._checked_writer(appends, tracking)
+        return writer.submit(
+            appends, tracking, will_wait=True, contents=contents).wait(timeout)
 
     def submit(
         self,
@@ -147,7 +150,8 @@ class EventLog:
         The callback runs in the writer thread and must be quick (e.g. hand the result to
         an event loop with ``call_soon_threadsafe``).
         """
-        return self._checked_writer(appends, tracking).submit(appends, tracking, callback)
+        writer, contents = self._checked_writer(appends, tracking)
+        return writer.submit(appends, tracking, callback, contents=contents)
 
     async def append_async(
         self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
@@ -163,17 +167,21 @@ class EventLog:
 
         Cancelling the awaiting task does not cancel the append: it may still commit.
         """
-        writer = self._checked_writer(appends, tracking)
-        return await append_batch_async(writer, appends, tracking)
+        writer, contents = self._checked_writer(appends, tracking)
+        return await append_batch_async(writer, appends, tracking, contents)
 
     def _checked_writer(
         self, appends: Sequence[StreamAppend], tracking: Tracking | None
-    ) -> GroupCommitWriter:
-        """The writer, once the request is known valid (in the caller's thread)."""
+    ) -> tuple[GroupCommitWriter, list[ContentRow]]:
+        """The writer and the contents' rows, once the request is known valid.
+
+        Runs in the caller's thread, so hashing and compressing contents never holds up
+        the writer, which every appender shares.
+        """
         if self._writer is None:
             raise StoreProgrammingError("this event log was opened read-only")
         _validate(appends, tracking)
-        return self._writer
+        return self._writer, encode_contents(appends)
 
     def add_commit_listener(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(events)`` from the writer thread after every commit that wrote.
@@ -273,6 +281,13 @@ class EventLog:
         rows = self._query("SELECT position FROM tracking WHERE name = ?", (name,))
         value = rows[0][0] if rows else None
         return value if isinstance(value, int) else None
+
+    def read_contents(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """The stored contents among ``keys``, by key; keys not stored are left out."""
+        try:
+            return read_stored(self._reader(), keys)
+        except apsw.Error as exc:
+            raise translate(exc, self.path) from None
 
     def read_connection(self) -> apsw.Connection:
         """This thread's read-only connection, for projections' own queries."""

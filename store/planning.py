@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Sequence
 
 import apsw
+from sessionwarden.store.contents import ContentRow
 from sessionwarden.store.errors import IdempotencyConflict, TrackingConflict, WrongExpectedVersion
 from sessionwarden.store.hashing import event_hash
 from sessionwarden.store.records import ANY, AppendResult, StreamAppend, StreamState, Tracking
@@ -209,16 +210,17 @@ class Planner:
 
 
 class Plan:
-    """What one request will write: rows, results, new stream heads, keys, tracking."""
+    """What one request will write: rows, contents, results, stream heads, keys, tracking."""
 
     __slots__ = (
-        "heads", "keys", "next_no", "numbers", "prev", "results", "rows", "seq", "streams",
-        "tracking",
+        "contents", "heads", "keys", "next_no", "numbers", "prev", "results", "rows", "seq",
+        "streams", "tracking",
     )
 
     def __init__(self, seq: int, prev: bytes) -> None:
         self.seq, self.prev = seq, prev
         self.rows: list[Row] = []
+        self.contents: Sequence[ContentRow] = ()  # set by the writer once planned
         self.streams: list[tuple[int, str]] = []  # ``streams`` rows of new streams
         self.numbers: dict[str, int] = {}
         self.next_no: int | None = None

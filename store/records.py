@@ -3,7 +3,8 @@
 Vocabulary follows eventsourcing: records are nouns (:class:`NewEvent`,
 :class:`RecordedEvent`), operations say what happens to data (``append``,
 ``read_stream``, ``read_all``). Stream versions start at 1; a stream with no events is
-at version 0.
+at version 0. A :class:`Content` is a piece of content-addressed data stored with an
+append (see ``sessionwarden.store.contents``).
 """
 
 import enum
@@ -15,6 +16,7 @@ __all__ = [
     "EXISTS",
     "NO_STREAM",
     "AppendResult",
+    "Content",
     "ExpectedVersion",
     "NewEvent",
     "RecordedEvent",
@@ -58,18 +60,32 @@ class NewEvent(msgspec.Struct, frozen=True):
     idempotency_key: str | None = None
 
 
+class Content(msgspec.Struct, frozen=True):
+    """Data stored once under its key, :func:`~sessionwarden.store.hashing.content_key`.
+
+    Events refer to it by key (a message a call sent upstream, say); the store checks on
+    append that ``key`` is the key of ``data``.
+    """
+
+    key: str
+    data: bytes
+
+
 class StreamAppend(msgspec.Struct, frozen=True):
     """The part of an atomic batch that goes to one stream.
 
     ``versions`` is for importers and the eventsourcing conformance adapter only: it gives
     each event an explicit, strictly increasing version above the head instead of
-    ``head + 1, head + 2, …``.
+    ``head + 1, head + 2, …``. ``contents`` are stored in the same transaction as the
+    events, each key once (a content already stored is not written again): if the append
+    is refused, none of them is written.
     """
 
     stream: str
     events: tuple[NewEvent, ...]
     expected_version: ExpectedVersion = ANY
     versions: tuple[int, ...] | None = None
+    contents: tuple[Content, ...] = ()
 
 
 class Tracking(msgspec.Struct, frozen=True):

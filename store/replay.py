@@ -5,17 +5,23 @@ one short read transaction (a consistent snapshot); the log is then replayed up 
 position into a scratch database created in a private temporary directory, and the
 rebuilt tables are compared with the live ones row by row (through digests, so memory
 stays flat whatever the size of a view).
+
+With ``verify`` the stored contents are audited too: every row's bytes must hash to its
+key (``content_modified``), and every content an event refers to must be stored
+(``content_missing``). Which events refer to contents, and to which, is the caller's
+knowledge (``references``): the store knows events only as tags and bytes.
 """
 
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import apsw
 import msgspec
-from sessionwarden.events import CODEC, EventCodec, EventError
+from sessionwarden.events import CODEC, Event, EventCodec, EventError
+from sessionwarden.store.contents import intact, iter_contents, missing_contents
 from sessionwarden.store.errors import CorruptStore
 from sessionwarden.store.log import EventLog
 from sessionwarden.store.projections import Projection, dump_table, table_digest, tracking_name
@@ -23,9 +29,19 @@ from sessionwarden.store.records import RecordedEvent
 from sessionwarden.store.schema import query_int
 from sessionwarden.store.verify import verify_chain
 
-__all__ = ["ReplayReport", "first_misindexed", "rebuild_views", "replay"]
+__all__ = [
+    "References",
+    "ReplayReport",
+    "first_damaged_content",
+    "first_misindexed",
+    "rebuild_views",
+    "replay",
+]
 
 _BATCH = 2000
+
+#: The content keys an event refers to (none for most events).
+References = Callable[[Event], Iterable[str]]
 
 
 class ReplayReport(msgspec.Struct, frozen=True):
@@ -47,11 +63,15 @@ def rebuild_views(
     scratch: apsw.Connection,
     until: int,
     codec: EventCodec | None = None,
+    references: References | None = None,
+    referenced: dict[str, int] | None = None,
 ) -> int:
     """Replay ``log`` up to ``until`` into fresh tables on ``scratch``; return the count.
 
     With a ``codec`` every event is also decoded, so an undecodable event stops the
-    replay with :class:`~sessionwarden.events.EventError` naming its type.
+    replay with :class:`~sessionwarden.events.EventError` naming its type; with
+    ``references`` too, each content key a decoded event refers to is noted in
+    ``referenced`` with the first event that refers to it.
     """
     for projection in projections:
         projection.create(scratch)
@@ -61,9 +81,12 @@ def rebuild_views(
         for event in log.read_all(until=until):
             if codec is not None:
                 try:
-                    codec.decode(event.type, event.data)
+                    decoded = codec.decode(event.type, event.data)
                 except EventError as exc:
                     raise _Undecodable(event.seq, str(exc)) from None
+                if references is not None and referenced is not None:
+                    for key in references(decoded):
+                        referenced.setdefault(key, event.seq)
             batch.append(event)
             if len(batch) >= _BATCH:
                 for projection in projections:
@@ -137,14 +160,26 @@ def first_misindexed(conn: apsw.Connection) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def first_damaged_content(conn: apsw.Connection) -> str | None:
+    """The key of the first stored content whose bytes do not hash to it, if any."""
+    for key, stored, compressed in iter_contents(conn):
+        if intact(key, stored, compressed) is None:
+            return repr(key) if not isinstance(key, str) else key
+    return None
+
+
 def replay(
     db_path: Path,
     projections: Sequence[Projection],
     *,
     verify: bool = False,
     codec: EventCodec = CODEC,
+    references: References | None = None,
 ) -> ReplayReport:
     """Rebuild every view of the log at ``db_path``; with ``verify``, audit it too.
+
+    ``references`` names the content keys an event refers to; with ``verify``, each
+    must be stored.
 
     Raises:
         StoreUnavailable: the database cannot be opened.
@@ -171,19 +206,35 @@ def replay(
                         " its stream: read_stream would return the wrong events",
                         head_hash=head_hash.hex(), seconds=time.perf_counter() - started,
                     )
+                damaged = first_damaged_content(log.read_connection())
+                if damaged is not None:
+                    return ReplayReport(
+                        ok=False, events=head_seq, kind="content_modified",
+                        detail=f"stored content {damaged}: its bytes do not match its key",
+                        head_hash=head_hash.hex(), seconds=time.perf_counter() - started,
+                    )
+            referenced: dict[str, int] = {}
             scratch = apsw.Connection(str(scratch_dir / "views.db"))
             try:
                 scratch.execute("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF")
                 try:
                     count = rebuild_views(
                         log, projections, scratch, position if projections else head_seq,
-                        codec if verify else None,
+                        codec if verify else None, references, referenced,
                     )
                 except _Undecodable as exc:
                     return ReplayReport(
                         ok=False, events=exc.seq - 1, first_bad_seq=exc.seq, kind="undecodable",
                         detail=str(exc), head_hash=head_hash.hex(),
                         seconds=time.perf_counter() - started,
+                    )
+                missing = missing_contents(log.read_connection(), referenced)
+                if missing:
+                    key, seq = min(((k, referenced[k]) for k in missing), key=lambda m: m[1])
+                    return ReplayReport(
+                        ok=False, events=seq - 1, first_bad_seq=seq, kind="content_missing",
+                        detail=f"event {seq} refers to content {key}, which is not stored",
+                        head_hash=head_hash.hex(), seconds=time.perf_counter() - started,
                     )
                 sizes: dict[str, int] = {}
                 for table, (rows, digest) in live.items():

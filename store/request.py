@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from loguru import logger
+from sessionwarden.store.contents import ContentRow
 from sessionwarden.store.errors import StoreError
 from sessionwarden.store.records import AppendResult, StreamAppend, Tracking
 
@@ -61,8 +62,8 @@ class AppendRequest:
     """One atomic append waiting in the writer's queue, and its outcome."""
 
     __slots__ = (
-        "_callback", "_done", "_gave_up", "_next", "appends", "error", "finished", "relay",
-        "results", "tracking",
+        "_callback", "_done", "_gave_up", "_next", "appends", "contents", "error", "finished",
+        "relay", "results", "tracking",
     )
 
     def __init__(
@@ -71,13 +72,16 @@ class AppendRequest:
         tracking: Tracking | None,
         callback: Callable[["AppendRequest"], None] | None,
         relay: Relay | None = None,
+        contents: Sequence[ContentRow] = (),
     ) -> None:
         """Create a pending request; ``callback`` runs in the writer thread when done.
 
         ``relay`` is the writer's, given only when the submitter will call :meth:`wait`:
-        the writer may then leave the wake-up to the waiter before it.
+        the writer may then leave the wake-up to the waiter before it. ``contents`` are
+        the rows of the appends' contents, already checked and encoded by the submitter.
         """
         self.appends = appends
+        self.contents = contents
         self.tracking = tracking
         self.results: list[AppendResult] | None = None
         self.error: StoreError | None = None

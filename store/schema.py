@@ -33,8 +33,10 @@ __all__ = [
 #: The log's format, stored in ``PRAGMA user_version``: bumped with every change to the
 #: DDL below, and with every change to the stored events that older builds cannot read.
 #: 1: text-keyed index; 2: numbered streams; 3: lean call records (two events per call,
-#: no tag inside payloads). 1 and 2 only ever existed in pre-release builds.
-SCHEMA_VERSION = 3
+#: no tag inside payloads); 4: the ``contents`` table. 1 and 2 only ever existed in
+#: pre-release builds. A schema-3 log is migrated to 4 by the first writable open (one
+#: table created, nothing rewritten); read-only, it reads as a log with no contents.
+SCHEMA_VERSION = 4
 
 #: SQLite's own busy handler waits this long before the application-level retry takes
 #: over; long waits in the busy handler alone make writers convoy under FULL sync.
@@ -94,6 +96,25 @@ CREATE TABLE IF NOT EXISTS tracking (
     position INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
+
+# Content-addressed data (``store/contents.py``): ``key`` names ``data`` (decompressed
+# when ``zlib`` is 1). A rowid table: most rows are too large for ``WITHOUT ROWID``,
+# whose rows spill to overflow pages past a tenth of a page.
+_CONTENTS_DDL = """
+CREATE TABLE IF NOT EXISTS contents (
+    key  TEXT    NOT NULL UNIQUE,
+    data BLOB    NOT NULL,
+    zlib INTEGER NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS contents_no_update BEFORE UPDATE ON contents
+BEGIN SELECT RAISE(ABORT, 'stored contents are immutable: UPDATE is forbidden'); END;
+CREATE TRIGGER IF NOT EXISTS contents_no_delete BEFORE DELETE ON contents
+BEGIN SELECT RAISE(ABORT, 'stored contents are immutable: DELETE is forbidden'); END;
+"""
+
+#: The DDL that takes a log of schema N (the key) to N + 1: a writable open applies
+#: them in order, in one transaction.
+_MIGRATIONS = {3: _CONTENTS_DDL}
 
 _umask_lock = threading.Lock()
 
@@ -229,7 +250,7 @@ def _check_identity(conn: apsw.Connection, path: Path, *, readonly: bool) -> Non
     app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
     if app_id == _APPLICATION_ID:
         if readonly:  # a writable open checks inside ensure_schema's transaction
-            check_version(query_int(conn, "PRAGMA user_version"), path)
+            check_version(query_int(conn, "PRAGMA user_version"), path, readonly=True)
         return
     tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()[0][0]
     if app_id == 0 and tables == 0:
@@ -239,12 +260,17 @@ def _check_identity(conn: apsw.Connection, path: Path, *, readonly: bool) -> Non
     raise CorruptStore(f"{path}: this SQLite file is not a sessionwarden event log")
 
 
-def check_version(version: int, path: Path) -> None:
+def check_version(version: int, path: Path, *, readonly: bool = False) -> None:
     """Refuse a log whose schema this version cannot read.
+
+    ``readonly`` also accepts the schemas a writable open would migrate: their tables
+    are a subset of the current ones, which readers treat as empty when missing.
 
     Raises:
         StoreUnavailable: the schema is newer, or one of the pre-release schemas.
     """
+    if readonly and version in _MIGRATIONS:
+        return
     if version > SCHEMA_VERSION:
         raise StoreUnavailable(
             f"{path}: written by a newer sessionwarden (schema {version}); upgrade"
@@ -258,7 +284,11 @@ def check_version(version: int, path: Path) -> None:
 
 
 def ensure_schema(conn: apsw.Connection, path: Path) -> None:
-    """Create the log's tables on a fresh file, or check an existing file is ours."""
+    """Create the log's tables on a fresh file, or check an existing file is ours.
+
+    An existing file of an older schema that has a migration is migrated, in the same
+    transaction as the check: a crash leaves it at the old schema or at the new one.
+    """
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -266,12 +296,16 @@ def ensure_schema(conn: apsw.Connection, path: Path) -> None:
             version = query_int(conn, "PRAGMA user_version")
             tables = query_int(conn, "SELECT count(*) FROM sqlite_schema WHERE type = 'table'")
             if app_id == 0 and version == 0 and tables == 0:
-                conn.execute(_DDL)
+                conn.execute(_DDL + _CONTENTS_DDL)
                 conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             elif app_id != _APPLICATION_ID:
                 raise CorruptStore(f"{path}: this SQLite file is not a sessionwarden event log")
             else:
+                while version in _MIGRATIONS:
+                    conn.execute(_MIGRATIONS[version])
+                    version += 1
+                    conn.execute(f"PRAGMA user_version = {version}")
                 check_version(version, path)
             conn.execute("COMMIT")
         except BaseException:

@@ -29,6 +29,7 @@ from pathlib import Path
 import apsw
 from loguru import logger
 from sessionwarden.store.bulk import insert_rows
+from sessionwarden.store.contents import ContentRow, encode_contents
 from sessionwarden.store.errors import (
     ConflictError,
     StoreClosed,
@@ -119,16 +120,30 @@ class GroupCommitWriter:
         callback: Callable[[AppendRequest], None] | None = None,
         *,
         will_wait: bool = False,
+        contents: Sequence[ContentRow] | None = None,
     ) -> AppendRequest:
         """Queue an atomic append; returns at once with the pending request.
 
         ``will_wait`` promises that the caller will :meth:`~AppendRequest.wait` for it,
         which lets the writer leave its wake-up to the waiter before it (see
-        ``sessionwarden.store.request``).
+        ``sessionwarden.store.request``). ``contents`` are the rows of the appends'
+        contents (``sessionwarden.store.contents.encode_contents``, which runs here
+        when they are not given), written in the same transaction as the events, and
+        only if they are.
         """
         relay = self._relay if will_wait and callback is None else None
-        request = AppendRequest(appends, tracking, callback, relay)
-        if self._closed or not self._inbox.put(request):
+        failure: StoreError | None = None
+        if contents is None:
+            try:
+                contents = encode_contents(appends)
+            except StoreError as exc:
+                contents, failure = (), exc
+            except Exception as exc:  # a malformed request fails alone, never the writer
+                contents, failure = (), _bug(exc)
+        request = AppendRequest(appends, tracking, callback, relay, contents)
+        if failure is not None:
+            request.finish(None, failure)
+        elif self._closed or not self._inbox.put(request):
             request.finish(None, StoreClosed("the event log is closed"))
         return request
 
@@ -285,6 +300,7 @@ class GroupCommitWriter:
                     # read from the log.
                     outcomes.append((None, _bug(exc)))
                     continue
+                plan.contents = request.contents
                 if careful:
                     conn.execute("SAVEPOINT request")
                     try:
@@ -330,6 +346,11 @@ class GroupCommitWriter:
         rows = [row for plan in plans for row in plan.rows]
         if rows:
             insert_rows(conn, "INSERT INTO events", rows)
+        contents = [row for plan in plans for row in plan.contents]
+        if contents:
+            # OR IGNORE: a content another call stored already is the same bytes (the
+            # key is their hash), so the first row stands.
+            insert_rows(conn, "INSERT OR IGNORE INTO contents (key, data, zlib)", contents)
         tracking = [(p.tracking.name, p.tracking.position) for p in plans if p.tracking]
         if tracking:
             record_positions(conn, tracking)

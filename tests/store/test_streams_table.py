@@ -338,9 +338,9 @@ def user_version(db: Path) -> int:
         return conn.execute("PRAGMA user_version").fetchall()[0][0]
 
 
-def test_a_new_log_is_schema_3(db: Path) -> None:
+def test_a_new_log_is_schema_4(db: Path) -> None:
     EventLog(db).close()
-    assert user_version(db) == 3
+    assert user_version(db) == 4
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -355,7 +355,7 @@ def test_a_pre_release_file_is_refused(db: Path, version: int) -> None:
 
 
 @pytest.mark.parametrize(("version", "words"), [(1, "pre-release"), (2, "pre-release"),
-                                                (4, "newer")])
+                                                (5, "newer")])
 def test_a_read_only_open_refuses_other_schemas_too(db: Path, version: int, words: str) -> None:
     set_user_version(db, version)
     with pytest.raises(StoreUnavailable, match=words):
@@ -384,10 +384,10 @@ def test_the_head_cache_bound_never_causes_a_false_conflict_inside_a_group(
 
 
 def test_a_file_from_a_newer_version_is_refused(db: Path) -> None:
-    set_user_version(db, 4)
+    set_user_version(db, 5)
     with pytest.raises(StoreUnavailable, match="newer"):
         EventLog(db)
-    assert user_version(db) == 4
+    assert user_version(db) == 5
 
 
 # -- the streams view ------------------------------------------------------------------------
