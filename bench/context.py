@@ -56,7 +56,6 @@ from sessionwarden.domain.messages import (
     ToolResult,
     history_chars,
     text_chars,
-    tool_pairs,
 )
 from sessionwarden.domain.prune import prune
 from sessionwarden.domain.spill import Limits, plan_turn, resolve_limits
@@ -283,20 +282,23 @@ def estimate(message: Message) -> int:
 
 
 def turns(history: Sequence[Message]) -> list[list[tuple[str, str, bool]]]:
-    """Each assistant turn's tool results as ``plan_turn`` takes them, in call order."""
-    names: dict[tuple[int, str], str] = {}
+    """Each assistant turn's tool results as ``plan_turn`` takes them, in result order.
+
+    One pass, pairing as ``domain.messages.tool_pairs`` does (a result answers the
+    earliest open call with its id); a result answering no call belongs to no turn.
+    """
+    open_calls: dict[str, list[tuple[int, str]]] = {}  # id -> (turn, tool name), oldest first
     by_turn: dict[int, list[tuple[str, str, bool]]] = {}
     for index, message in enumerate(history):
         for part in message.parts:
-            if isinstance(part, ToolCall):
-                names.setdefault((index, part.id), part.name)
-    for call_index, result_index, call_id in tool_pairs(history).pairs:
-        for part in history[result_index].parts:
-            if isinstance(part, ToolResult) and part.call_id == call_id:
-                text = "".join(p.text for p in part.parts if isinstance(p, Text))
-                name = part.name or names.get((call_index, call_id), "")
-                by_turn.setdefault(call_index, []).append((name, text, False))
-                break
+            if isinstance(part, ToolResult):
+                waiting = open_calls.get(part.call_id)
+                if waiting:
+                    turn, name = waiting.pop(0)
+                    text = "".join(p.text for p in part.parts if isinstance(p, Text))
+                    by_turn.setdefault(turn, []).append((part.name or name, text, False))
+            elif isinstance(part, ToolCall):
+                open_calls.setdefault(part.id, []).append((index, part.name))
     return [by_turn[index] for index in sorted(by_turn)]
 
 
