@@ -219,11 +219,15 @@ class Hermes:
         self.proc = subprocess.Popen([str(python), str(DRIVER)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, cwd=BENCH)
-        self.info = self.ask({"session": str(inputs.path), "context_length": CONTEXT_LENGTH,
-                              "summary": SUMMARY,
-                              "inputs": {i.name: len(i.messages) for i in inputs.inputs}})
-        if not self.info.get("ok"):
-            raise RuntimeError(self.info.get("error", "the driver did not start"))
+        try:
+            self.info = self.ask({"session": str(inputs.path), "summary": SUMMARY,
+                                  "context_length": CONTEXT_LENGTH,
+                                  "inputs": {i.name: len(i.messages) for i in inputs.inputs}})
+            if not self.info.get("ok"):
+                raise RuntimeError(self.info.get("error", "the driver did not start"))
+        except BaseException:
+            self.close()
+            raise
 
     def ask(self, command: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None

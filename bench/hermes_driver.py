@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import importlib
 import importlib.metadata
 import json
 import sys
@@ -63,8 +64,7 @@ def _import_compressor() -> tuple[Any, list[str]]:
     stubbed: list[str] = []
     for _ in range(100):
         try:
-            import agent.context_compressor as cc
-            return cc, stubbed
+            return importlib.import_module("agent.context_compressor"), stubbed
         except ModuleNotFoundError as exc:
             name = exc.name or ""
             if not name or name.startswith("agent") or name in stubbed:
