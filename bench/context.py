@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +160,6 @@ class Inputs:
     rounds: int
     warmup: int
     hermes: bool
-    notes: list[str] = field(default_factory=list)
 
 
 def first_trigger_prefix(messages: Sequence[dict[str, Any]]) -> int:
