@@ -49,3 +49,13 @@ def test_floor_prints_each_target_and_the_ratios() -> None:
 def test_callsize_prints_events_and_bytes_per_call() -> None:
     out = run_script(str(BENCH / "callsize.py"), "--calls", "20", "--sessions", "2")
     assert "events/call" in out and "database growth per call:" in out
+
+
+def test_context_prints_our_pass_without_hermes() -> None:
+    # --no-hermes: the test suite never installs Hermes Agent (bench/.hermes-venv).
+    out = run_script(str(BENCH / "context.py"), "--quick", "--rounds", "1", "--no-hermes")
+    assert "Hermes Agent skipped (--no-hermes)" in out
+    for name in ("whole", "prefix"):
+        assert f"\n{name} " in out
+        assert f"builtin_summary of the {name}'s middle" in out
+        assert f"request body of the {name}:" in out
