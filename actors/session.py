@@ -46,7 +46,7 @@ from sessionwarden.domain.session import OpenCall, SessionState, session_stream
 from sessionwarden.domain.stages import default_pipeline
 from sessionwarden.events import CompactionRequested, SessionStarted
 from sessionwarden.redact import default_redactor
-from sessionwarden.store import ANY, NO_STREAM, EventLog, StreamAppend
+from sessionwarden.store import ANY, NO_STREAM, Content, EventLog, StreamAppend
 from sessionwarden.store.errors import IdempotencyConflict, StoreError, WrongExpectedVersion
 from sessionwarden.store.writer import AppendRequest
 
@@ -216,8 +216,12 @@ class SessionActor(GovernedActor):
         else:
             answer = AdmissionRefused(verdict.status, verdict.message, verdict.code,
                                       verdict.kind)
+        # The contents a RequestRecorded names go in the same append: a call is never
+        # recorded as sent with contents the log does not have.
+        contents = (tuple(Content(key, data) for key, data in verdict.request.contents)
+                    if isinstance(verdict, Admitted) else ())
         part = StreamAppend(session_stream(state.session_id),
-                            tuple(new_event(e) for e in events), expected)
+                            tuple(new_event(e) for e in events), expected, contents=contents)
         self._append(state.session_id, [part], reply, answer)
         return PENDING
 
@@ -298,7 +302,8 @@ class SessionActor(GovernedActor):
         if first.expected_version is not NO_STREAM:
             return False
         rest = tuple(e for e in first.events if e.type != _STARTED)
-        parts = [StreamAppend(first.stream, rest, ANY), *done.parts[1:]]
+        parts = [StreamAppend(first.stream, rest, ANY, contents=first.contents),
+                 *done.parts[1:]]
         self._append(done.session_id, parts, done.reply, done.answer)
         return True
 

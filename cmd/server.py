@@ -32,6 +32,7 @@ from sessionwarden.cmd.http import (
 )
 from sessionwarden.cmd.proxy import chat_completions
 from sessionwarden.cmd.runtime import Runtime
+from sessionwarden.cmd.summarise import summary_performers
 from sessionwarden.upstream.sim import SIM_MODELS
 
 __all__ = ["LOOPBACK_NAMES", "DaemonApp", "host_name"]
@@ -77,6 +78,10 @@ class DaemonApp:
     ) -> None:
         """Serve ``runtime`` to clients presenting ``token``."""
         self.runtime = runtime
+        # The model summariser's performer makes calls through the proxy's own path
+        # (admission, a pooled key, completion), which sits above the runtime: it is
+        # installed here, where both are known, rather than by the runtime itself.
+        runtime.performers.update(summary_performers(runtime))
         self._auth = f"Bearer {token}".encode()
         self._max_body = max_body_bytes
         self._hosts = _bracketed(frozenset(h.lower() for h in allowed_hosts))

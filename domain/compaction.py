@@ -50,8 +50,8 @@ from sessionwarden.domain.messages import (
 from sessionwarden.domain.prune import prune
 from sessionwarden.domain.summary import Summary, builtin_summary, render
 
-__all__ = ["NOTE", "Compaction", "Prepared", "compress_history", "finish", "is_summary",
-           "prepare", "summary_budget", "tokens_of"]
+__all__ = ["NOTE", "Compaction", "Prepared", "builtin", "finish", "is_summary", "prepare",
+           "summary_budget", "tokens_of"]
 
 #: The system note that tells the model earlier turns were summarised.
 NOTE = ("[sessionwarden compressed the earlier turns of this conversation into the summary "
@@ -216,17 +216,15 @@ def finish(prepared: Prepared, text: str, codec: ItemCodec, *, summariser: str,
                       len(prepared.middle), prepared.pruned, summary_raw)
 
 
-def compress_history(history: GovernedHistory, client_items: Sequence[bytes],
-                     codec: ItemCodec, compression: CompressionConfig, threshold: int,
-                     focus: str = "") -> Compaction | None:
-    """Compress with the builtin summariser; None when there is nothing to summarise.
+def builtin(prepared: Prepared, codec: ItemCodec, threshold: int,
+            summariser: str = "builtin") -> Compaction | None:
+    """Finish ``prepared`` with the builtin summary of its middle (phase 3, builtin).
 
-    ``focus`` is recorded by the caller; the builtin summariser has no use for it.
+    The previous summary is updated when it was the builtin's own structure; a model's
+    text is kept as it is, in the head or the middle, and summarised like any message.
     """
-    del focus
-    prepared = prepare(history, client_items, codec, compression, threshold)
-    if prepared is None:
-        return None
-    previous = history.summary if isinstance(history.summary, Summary) else None
-    summary = builtin_summary(prepared.middle, previous, summary_budget(threshold))
-    return finish(prepared, render(summary), codec, summariser="builtin", summary=summary)
+    previous = prepared.history.summary
+    summary = builtin_summary(prepared.middle,
+                              previous if isinstance(previous, Summary) else None,
+                              summary_budget(threshold))
+    return finish(prepared, render(summary), codec, summariser=summariser, summary=summary)

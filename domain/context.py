@@ -33,17 +33,9 @@ import msgspec
 from sessionwarden.config import Config
 from sessionwarden.domain.admission import Need, Proceed, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
-from sessionwarden.domain.compaction import Compaction, compress_history, tokens_of
-from sessionwarden.domain.compression import (
-    Calibration,
-    CompressionGuard,
-    calibrated,
-    estimate_tokens,
-    record_compression,
-    should_compress,
-    token_figure,
-    trigger_tokens,
-)
+from sessionwarden.domain.compaction import tokens_of
+from sessionwarden.domain.compression import estimate_tokens
+from sessionwarden.domain.context_compression import compress_step
 from sessionwarden.domain.conversation import Conversation, ItemCodec
 from sessionwarden.domain.history import (
     ContextUpdate,
@@ -63,7 +55,7 @@ from sessionwarden.domain.spill_turns import (
     plan_spills,
 )
 from sessionwarden.domain.transcript import content_key
-from sessionwarden.events import ContextCompressed, Event, HistoryReset, RequestRecorded
+from sessionwarden.events import Event, HistoryReset, RequestRecorded
 
 __all__ = ["ContextSettings", "govern"]
 
@@ -174,31 +166,14 @@ def _extend(settings: ContextSettings, state: SessionState, call: _Call,
         client=(*base.client, *call.digests[first:]), items=(*base.items, *new_items),
         call_id=base.call_id, tokens=base.tokens + sum(i.tokens for i in new_items),
         compressed=base.compressed, summary=base.summary)
-    events = [*call.events, *spill_events]
-    config = settings.config
-    model = config.model(call.request.shape.model)
-    threshold = trigger_tokens(model, config.compression)
     fixed = _fixed_tokens(call)
-    guard = state.context.guard if state.context is not None else CompressionGuard()
-    cal = state.calibration.get(call.request.model)
-    estimate = fixed + history.tokens
-    kept = call.kept
-    requested = state.compaction
-    if config.compression.enabled or requested is not None:
-        figure = token_figure(cal or Calibration(), estimate)
-        decision = should_compress(guard, figure, now, threshold)
-        if requested is not None or (config.compression.enabled and decision.compress):
-            compaction = compress_history(
-                history, call.rest, codec, config.compression, threshold,
-                focus=requested or "")
-            if compaction is not None:
-                history, kept = compaction.history, 0
-                after = calibrated(cal, fixed + history.tokens) if cal else fixed + history.tokens
-                events.append(_compressed(call, compaction, decision.tokens, after,
-                                          threshold, figure.source, requested))
-                guard = record_compression(guard, now)
-    return _record(settings, call, history, kept, events,
-                   ContextUpdate(history, guard, threshold), fixed)
+
+    def done(history: GovernedHistory, kept: int, events: list[Event],
+             update: ContextUpdate) -> StageResult:
+        return _record(settings, call, history, kept, events, update, fixed)
+
+    return compress_step(settings.config, state, call.request, call.rest, codec, history,
+                         call.kept, [*call.events, *spill_events], fixed, now, done)
 
 
 def _fixed_tokens(call: _Call) -> int:
@@ -210,20 +185,6 @@ def _fixed_tokens(call: _Call) -> int:
         if not isinstance(read, str):
             system += tokens_of(read)
     return estimate_tokens(0, fields) + system
-
-
-def _compressed(call: _Call, compaction: Compaction, before: int, after: int,
-                threshold: int, source: str, requested: str | None) -> ContextCompressed:
-    return ContextCompressed(
-        call_id=call.request.call_id,
-        trigger="requested" if requested is not None else "threshold",
-        summariser=compaction.summariser, model=compaction.model, focus=requested or "",
-        source="real" if source == "calibrated" else "estimated",
-        tokens_before=before, tokens_after=after, threshold=threshold,
-        messages_before=compaction.messages_before, messages_after=len(compaction.history.items),
-        summarised=compaction.summarised, pruned=compaction.pruned,
-        summary=(content_key(compaction.summary_raw), len(compaction.summary_raw)),
-    )
 
 
 def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, kept: int,

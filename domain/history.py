@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from sessionwarden.domain.compression import CompressionGuard
+from sessionwarden.domain.summariser import SummariserHealth
 
 __all__ = ["ContextUpdate", "GovernedHistory", "Item", "Recognition", "digest", "recognise"]
 
@@ -122,3 +123,4 @@ class ContextUpdate(NamedTuple):
     history: GovernedHistory
     guard: CompressionGuard
     threshold: int
+    health: SummariserHealth = SummariserHealth()

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from sessionwarden.clock import FakeClock
+from sessionwarden.cmd.main import main
 from sessionwarden.events import (
     CODEC,
     CallAdmitted,
@@ -289,3 +290,30 @@ def test_after_a_compression_resends_extend_it_without_summarising_again(
     prefix = one.raw[: one.raw.rindex(b'],"model":')]
     assert two.raw.startswith(prefix + b",")
     assert two.body["messages"][-2:] == after[-2:]
+
+
+def test_replay_rebuilds_each_call_byte_for_byte_from_the_log(
+    daemon: InProcessDaemon, fake: FakeProviderServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = history(turn([("call_1", "terminal", lines(1500))]))
+    second = [*first, {"role": "assistant", "content": "Long log."},
+              {"role": "user", "content": "Summarise it."}]
+    with daemon.openai(session="replayed") as client:
+        client.chat.completions.create(model=MODEL, messages=first)  # type: ignore[arg-type]
+        client.chat.completions.create(model=MODEL, messages=second,  # type: ignore[arg-type]
+                                       stream=True).close()
+    sent = upstream(fake)
+    for number, request in enumerate(sent, 1):
+        code = main(["replay", "--db", str(daemon.db), "--session", "replayed",
+                     "--call", str(number), "--json"])
+        out = capsys.readouterr().out
+        assert code == 0
+        replayed = json.loads(out)
+        assert replayed["request"] == json.loads(request.raw)
+        assert request.raw in out.encode()  # pasted byte for byte
+        assert replayed["complete"] and replayed["model"] == MODEL
+    decisions = json.loads(out)["decisions"]
+    assert decisions == []  # the second call spilled nothing: it reused the first's
+    main(["replay", "--db", str(daemon.db), "--session", "replayed", "--call", "1"])
+    text = capsys.readouterr().out
+    assert "spilled" in text and "terminal" in text

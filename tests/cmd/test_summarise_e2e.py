@@ -1,130 +1,166 @@
-"""The model summariser's performer serving a client's call through the daemon.
+"""The model summariser through the daemon: the real context stage, a metered side call.
 
-The in-process daemon runs the real validation stage and a test stage standing for the
-compression stage: on a call whose last message says ``compress:`` it needs a
-:class:`SummaryWork` and, resumed with the result, forwards the summary in place of the
-history. The performer is registered as the lead wires it (``summary_performers``). The
-client (the ``openai`` SDK) gets its answer; the summary call is in the session's ledger
-before the client's call, linked to it; the access line names the client's call.
+A long tool-heavy session on a small-window model, ``summariser = "model"``: the stage
+needs a summary, the proxy's performer asks the summary model (a side call recorded in
+the session's ledger, linked to the client's call), and the summary replaces the middle.
+When the summary model fails (5xx, timeout) or is missing, no history is lost: the
+builtin summary stands in, or with ``on_summary_failure = "abort"`` the history is
+forwarded whole.
 """
 
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-import msgspec
 import pytest
 from loguru import logger
-from sessionwarden.cmd.summarise import summary_performers
-from sessionwarden.domain.admission import Need, Pipeline, Proceed, StageResult, stage
-from sessionwarden.domain.calls import CallRequest
-from sessionwarden.domain.session import SessionState, session_stream
-from sessionwarden.domain.summariser import (
-    MODEL_HEADER,
-    SummaryResult,
-    SummaryWork,
-    summary_request,
+from sessionwarden.clock import FakeClock
+from sessionwarden.cmd.summarise import summarise
+from sessionwarden.domain.session import session_stream
+from sessionwarden.domain.summariser import MODEL_HEADER, SummaryWork
+from sessionwarden.events import (
+    CODEC,
+    CallAdmitted,
+    CallCompleted,
+    ContextCompressed,
+    SummariserFailed,
 )
-from sessionwarden.domain.validation import validate_request
-from sessionwarden.events import CODEC, CallAdmitted, CallCompleted
-from sessionwarden.upstream.chat_messages import to_neutral
 
-from tests.cmd.daemon_fixtures import MODEL
 from tests.cmd.inprocess import InProcessDaemon
+from tests.cmd.test_context_e2e import SMALL, agent_session, check_forwarded, upstream
 from tests.support.fake_provider import FakeProviderServer
 
-SUMMARY = "## Goal\n- ship the release"
+SUMMARY = "## Goal\n- fix the failing test suite"
 
 
-@stage("compress")
-def compress(state: SessionState, request: CallRequest, now: datetime) -> StageResult:
-    messages = request.body["messages"]
-    if not str(messages[-1].get("content", "")).startswith("compress:"):
-        return Proceed(request)
-    system, prompt = summary_request(to_neutral(messages[:-1]), None, "", 8_000)
-    work = SummaryWork(session_id=request.session_id, call_id=request.call_id,
-                       provider="fake", model="sum-model", fallback_provider="fake",
-                       fallback_model=MODEL, system=system, prompt=prompt, max_chars=8_000)
-
-    def resume(result: object) -> StageResult:
-        assert isinstance(result, SummaryResult)
-        if result.failure:  # the real stage falls back to the builtin summary here
-            return Proceed(request)
-        body = {**request.body, "messages": [{"role": "system", "content": result.text},
-                                             messages[-1]]}
-        return Proceed(msgspec.structs.replace(request, body=body))
-
-    return Need(work, resume)
+def make(tmp_path: Path, fake: FakeProviderServer, on_failure: str = "fallback"
+         ) -> InProcessDaemon:
+    config = (f'[compression]\nsummariser = "model"\nsummary_model = "fake/sum-model"\n'
+              f'on_summary_failure = "{on_failure}"\n{SMALL}')
+    return InProcessDaemon(tmp_path / "events.db", fake, extra_config=config,
+                           clock=FakeClock())
 
 
 @pytest.fixture
 def daemon(tmp_path: Path, fake: FakeProviderServer) -> Iterator[InProcessDaemon]:
-    d = InProcessDaemon(tmp_path / "events.db", fake,
-                        pipeline=Pipeline([validate_request, compress]))
+    d = make(tmp_path, fake)
     try:
-        d.start()
-        d.runtime.performers.update(summary_performers(d.runtime))
-        yield d
+        yield d.start()
     finally:
         d.stop()
 
 
-def _calls(daemon: InProcessDaemon, session: str) -> list[tuple[str, str, str, str]]:
+def run_until_compressed(daemon: InProcessDaemon, session: str) -> list[list[dict[str, Any]]]:
+    """Play the agent session until its first compression; the histories sent."""
+    assert daemon.clock is not None and isinstance(daemon.clock, FakeClock)
+    sent = []
+    with daemon.openai(session=session) as client:
+        for messages in agent_session(40):
+            client.chat.completions.create(model="small", messages=messages)  # type: ignore[arg-type]
+            daemon.clock.advance(90)
+            sent.append(messages)
+            if [e for e in events(daemon, session)
+                    if isinstance(e, ContextCompressed | SummariserFailed)]:
+                break
+    return sent
+
+
+def events(daemon: InProcessDaemon, session: str) -> list[Any]:
+    return [CODEC.decode(r.type, r.data)
+            for r in daemon.runtime.log.read_stream(session_stream(session))]
+
+
+def calls(daemon: InProcessDaemon, session: str) -> list[tuple[str, str, str, str]]:
     """(call id, purpose, parent call, outcome) of the session's calls, in order."""
-    outcomes: dict[str, str] = {}
-    admitted: list[CallAdmitted] = []
-    for record in daemon.runtime.log.read_stream(session_stream(session)):
-        event = CODEC.decode(record.type, record.data)
-        if isinstance(event, CallAdmitted):
-            admitted.append(event)
-        elif isinstance(event, CallCompleted):
-            outcomes[event.call_id] = event.outcome
-    return [(a.call_id, a.purpose, a.parent_call, outcomes.get(a.call_id, ""))
-            for a in admitted]
+    outcomes = {e.call_id: e.outcome for e in events(daemon, session)
+                if isinstance(e, CallCompleted)}
+    return [(e.call_id, e.purpose, e.parent_call, outcomes.get(e.call_id, ""))
+            for e in events(daemon, session) if isinstance(e, CallAdmitted)]
 
 
-@pytest.mark.parametrize("fails", [False, True], ids=["answered", "upstream-503"])
-def test_a_summary_side_call_serves_the_clients_call(
-    daemon: InProcessDaemon, fake: FakeProviderServer, fails: bool
+def test_a_model_summary_replaces_the_middle_and_is_metered(
+    daemon: InProcessDaemon, fake: FakeProviderServer
 ) -> None:
-    fake.state.by_model["sum-model"] = {"status": 503} if fails else {"reply": SUMMARY}
-    history = [{"role": "user", "content": "Ship the release today."},
-               {"role": "assistant", "content": "On it."}]
+    fake.state.by_model["sum-model"] = {"reply": SUMMARY}
     lines: list[str] = []
     sink = logger.add(lambda message: lines.append(str(message)), format="{message}",
                       level="INFO")
     try:
-        with daemon.openai(session="s") as client:
-            client.chat.completions.create(model=MODEL, messages=history[:1])  # plain
-            raw = client.chat.completions.with_raw_response.create(
-                model=MODEL, messages=[*history, {"role": "user", "content": "compress: go"}])
-        call_id = raw.headers["x-sessionwarden-call-id"]
-        deadline = time.monotonic() + 5  # the line is written once the response has ended
-        while not [ln for ln in lines if "POST" in ln and call_id in ln] \
-                and time.monotonic() < deadline:
-            time.sleep(0.01)
+        histories = run_until_compressed(daemon, "model")
+        time.sleep(0.2)  # the access line is written once the response has ended
     finally:
         logger.remove(sink)
-    assert raw.http_response.status_code == 200 and raw.parse().choices[0].message.content
+    [compressed] = [e for e in events(daemon, "model") if isinstance(e, ContextCompressed)]
+    assert (compressed.summariser, compressed.model) == ("model", "fake/sum-model")
+    received = upstream(fake)
+    summary_call, client_call = received[-2], received[-1]
+    assert summary_call.body["model"] == "sum-model"
+    assert "fix the failing" not in summary_call.body["messages"][-1]["content"]
+    sent = client_call.body["messages"]
+    check_forwarded(sent)
+    assert any(str(m.get("content", "")).startswith(MODEL_HEADER) for m in sent)
+    assert sent[-1] == histories[-1][-1]
+    # The side call is in the session's ledger, linked to the call it served.
+    table = calls(daemon, "model")
+    [(side, purpose, parent, outcome)] = [c for c in table if c[1]]
+    assert (purpose, parent, outcome) == ("summary", compressed.call_id, "ok")
+    assert table[-1][0] == compressed.call_id
+    [line] = [ln for ln in lines if "POST /v1/chat/completions" in ln
+              and compressed.call_id in ln]
+    assert side not in line
 
-    sent = [r.body for r in fake.state.snapshot() if r.path.endswith("/chat/completions")]
-    assert [b["model"] for b in sent] == [MODEL, "sum-model", MODEL]
-    assert "Ship the release today." in sent[1]["messages"][1]["content"]
-    if fails:
-        assert sent[2]["messages"][-1]["content"] == "compress: go"
-        assert len(sent[2]["messages"]) == 3  # forwarded as it came
+
+@pytest.mark.parametrize("failure", ["503", "timeout"])
+def test_a_failing_summariser_falls_back_to_the_builtin_summary(
+    daemon: InProcessDaemon, fake: FakeProviderServer, failure: str
+) -> None:
+    if failure == "503":
+        fake.state.by_model["sum-model"] = {"status": 503}
     else:
-        assert sent[2]["messages"][0] == {"role": "system",
-                                          "content": MODEL_HEADER + "\n" + SUMMARY}
+        fake.state.by_model["sum-model"] = {"delay_ms": 2000}
+        daemon.runtime.performers[SummaryWork] = partial(summarise, daemon.runtime,
+                                                         timeout_s=0.3)
+    histories = run_until_compressed(daemon, "fallback")
+    [failed] = [e for e in events(daemon, "fallback") if isinstance(e, SummariserFailed)]
+    assert failed.action == "fallback" and failed.cooldown_s == 60.0
+    assert failed.reason == ("upstream 503" if failure == "503" else "timeout")
+    [compressed] = [e for e in events(daemon, "fallback") if isinstance(e, ContextCompressed)]
+    assert compressed.summariser == "builtin-fallback" and compressed.summarised > 0
+    sent = upstream(fake)[-1].body["messages"]
+    check_forwarded(sent)
+    assert any("Context summary" in str(m.get("content")) for m in sent)
+    assert sent[-1] == histories[-1][-1]
+    [(_, _, _, outcome)] = [c for c in calls(daemon, "fallback") if c[1]]
+    assert outcome == ("upstream_error" if failure == "503" else "timeout")
 
-    calls = _calls(daemon, "s")
-    assert [(purpose, parent) for _, purpose, parent, _ in calls] == [
-        ("", ""), ("summary", call_id), ("", "")]
-    assert calls[2][0] == call_id
-    assert [outcome for *_, outcome in calls] == [
-        "ok", "upstream_error" if fails else "ok", "ok"]
-    # The access line of the client's request names its call, not the summary's.
-    [line] = [ln for ln in lines if "POST /v1/chat/completions" in ln and call_id in ln]
-    assert calls[1][0] not in "\n".join(lines)
-    assert "tokens=" in line
+
+def test_a_missing_summary_model_falls_back_to_the_sessions_model(
+    daemon: InProcessDaemon, fake: FakeProviderServer
+) -> None:
+    fake.state.by_model["sum-model"] = {"status": 404}
+    fake.state.by_model["small"] = {"reply": SUMMARY}
+    run_until_compressed(daemon, "missing")
+    [compressed] = [e for e in events(daemon, "missing") if isinstance(e, ContextCompressed)]
+    assert (compressed.summariser, compressed.model) == ("model", "fake/small")
+    assert not [e for e in events(daemon, "missing") if isinstance(e, SummariserFailed)]
+    assert [c[1:] for c in calls(daemon, "missing") if c[1]] == [
+        ("summary", compressed.call_id, "upstream_error"),
+        ("summary", compressed.call_id, "ok")]
+
+
+def test_abort_forwards_the_whole_history_when_the_summary_fails(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = make(tmp_path, fake, on_failure="abort").start()
+    try:
+        fake.state.by_model["sum-model"] = {"status": 500}
+        histories = run_until_compressed(daemon, "abort")
+        [failed] = [e for e in events(daemon, "abort") if isinstance(e, SummariserFailed)]
+        assert failed.action == "abort"
+        assert not [e for e in events(daemon, "abort") if isinstance(e, ContextCompressed)]
+        # Not a message lost: the last call went upstream as the client sent it.
+        assert upstream(fake)[-1].body["messages"] == histories[-1]
+    finally:
+        daemon.stop()

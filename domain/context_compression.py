@@ -1,0 +1,176 @@
+"""The context stage's compression step: whether to compress, with which summariser.
+
+``domain.context`` calls :func:`compress_step` once the new items are appended to the
+governed history. It decides on the best token figure (``domain.compression``: the
+trigger, the calibrated estimate, the anti-thrashing guard) or on a compaction asked for
+through the control API, then compresses (``domain.compaction``):
+
+- ``summariser = "builtin"``: at once, deterministic;
+- ``summariser = "model"``: the stage needs a summary from a model
+  (:class:`~sessionwarden.domain.summariser.SummaryWork`, a side call the proxy makes and
+  the ledger meters); it resumes with the result. On a failure — or while the model is
+  cooling down after failures (``domain.summariser``'s ladder) — ``on_summary_failure``
+  decides: ``"fallback"`` inserts the builtin summary, ``"abort"`` forwards the history
+  uncompressed, or refuses the call when that cannot fit the model's window. No message
+  is ever dropped without a summary covering it. A session's very first call uses the
+  builtin summariser: a side call cannot be the call that starts a session.
+
+Each outcome is recorded: ContextCompressed, SummariserFailed (with the cooldown).
+"""
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from sessionwarden.config import Config, UnknownModel, find_model
+from sessionwarden.domain.admission import Need, Refuse, StageResult
+from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.compaction import Compaction, Prepared, builtin, finish, prepare
+from sessionwarden.domain.compression import (
+    DEFAULT_CONTEXT_LENGTH,
+    Calibration,
+    CompressionGuard,
+    calibrated,
+    record_compression,
+    should_compress,
+    token_figure,
+    trigger_tokens,
+)
+from sessionwarden.domain.conversation import ItemCodec
+from sessionwarden.domain.history import ContextUpdate, GovernedHistory
+from sessionwarden.domain.session import SessionState
+from sessionwarden.domain.summariser import (
+    SummariserHealth,
+    SummaryResult,
+    SummaryWork,
+    available,
+    cooldown_seconds,
+    lift_cooldown,
+    record_failure,
+    record_success,
+    summary_request,
+)
+from sessionwarden.domain.summary import Summary, render
+from sessionwarden.domain.transcript import content_key
+from sessionwarden.events import ContextCompressed, Event, SummariserFailed
+
+__all__ = ["Done", "compress_step"]
+
+#: What the stage does with the (possibly compressed) history: record and proceed.
+Done = Callable[[GovernedHistory, int, list[Event], ContextUpdate], StageResult]
+
+
+def compress_step(config: Config, state: SessionState, request: CallRequest,
+                  client_items: Sequence[bytes], codec: ItemCodec, history: GovernedHistory,
+                  kept: int, events: list[Event], fixed: int, now: datetime,
+                  done: Done) -> StageResult:
+    """Compress ``history`` if due (module doc), then ``done(history, kept, events, update)``.
+
+    ``kept`` is how many items of the previous call's history stay as they were (the
+    record's ``kept``); a compression makes it 0. ``fixed`` is the estimate of what is
+    not history (the fields, the system items).
+    """
+    compression = config.compression
+    model = config.model(request.shape.model)
+    threshold = trigger_tokens(model, compression)
+    context = state.context
+    guard = context.guard if context is not None else CompressionGuard()
+    health = context.health if context is not None else SummariserHealth()
+    cal = state.calibration.get(request.model)
+    figure = token_figure(cal or Calibration(), fixed + history.tokens)
+    requested = state.compaction
+    update = ContextUpdate(history, guard, threshold, health)
+    if requested is None and not (compression.enabled and should_compress(
+            guard, figure, now, threshold).compress):
+        return done(history, kept, events, update)
+    prepared = prepare(history, client_items, codec, compression, threshold)
+    if prepared is None:
+        return done(history, kept, events, update)
+
+    def compressed(compaction: Compaction | None, extra: list[Event],
+                   health: SummariserHealth) -> StageResult:
+        if compaction is None:
+            return done(history, kept, [*events, *extra], update._replace(health=health))
+        after = fixed + compaction.history.tokens
+        event = ContextCompressed(
+            call_id=request.call_id,
+            trigger="requested" if requested is not None else "threshold",
+            summariser=compaction.summariser, model=compaction.model, focus=requested or "",
+            source="real" if figure.source == "calibrated" else "estimated",
+            tokens_before=figure.tokens, tokens_after=calibrated(cal, after) if cal else after,
+            threshold=threshold, messages_before=compaction.messages_before,
+            messages_after=len(compaction.history.items), summarised=compaction.summarised,
+            pruned=compaction.pruned,
+            summary=(content_key(compaction.summary_raw), len(compaction.summary_raw)))
+        return done(compaction.history, 0, [*events, *extra, event], ContextUpdate(
+            compaction.history, record_compression(guard, now), threshold, health))
+
+    if compression.summariser != "model" or not state.started:
+        return compressed(builtin(prepared, codec, threshold), [], health)
+    if requested is not None:
+        health = lift_cooldown(health)
+    target = _summary_target(config, request)
+    if not available(health, now):
+        return _failed(config, request, prepared, codec, threshold, fixed, health, now,
+                       compressed, target, "cooling down after failures", events,
+                       tried=False)
+    previous = history.summary
+    previous_text = render(previous) if isinstance(previous, Summary) else (
+        previous if isinstance(previous, str) else None)
+    system, prompt = summary_request(prepared.middle, previous_text, requested or "",
+                                     _max_chars(threshold))
+    work = SummaryWork(
+        session_id=request.session_id, call_id=request.call_id, provider=target[0],
+        model=target[1], fallback_provider=request.provider, fallback_model=request.model,
+        system=system, prompt=prompt, max_chars=_max_chars(threshold))
+
+    def resume(result: object) -> StageResult:
+        if isinstance(result, SummaryResult) and result.text and not result.failure:
+            compaction = finish(prepared, result.text, codec, summariser="model",
+                                model=result.model)
+            return compressed(compaction, [], record_success(health))
+        reason = result.failure if isinstance(result, SummaryResult) else "no summary"
+        return _failed(config, request, prepared, codec, threshold, fixed, health, now,
+                       compressed, target, reason or "no summary", events, tried=True)
+
+    return Need(work, resume)
+
+
+def _max_chars(threshold: int) -> int:
+    return max(2_000, min(threshold * 4 // 20, 40_000))
+
+
+def _summary_target(config: Config, request: CallRequest) -> tuple[str, str]:
+    """``(provider, upstream model)`` of ``summary_model``, else the session's own."""
+    name = config.compression.summary_model
+    if name:
+        try:
+            provider, model = find_model(config, name)
+            return provider.name, model
+        except UnknownModel:
+            pass  # checked when the config was loaded; the session's model will do
+    return request.provider, request.model
+
+
+def _failed(config: Config, request: CallRequest, prepared: Prepared, codec: ItemCodec,
+            threshold: int, fixed: int, health: SummariserHealth, now: datetime,
+            compressed: Callable[[Compaction | None, list[Event], SummariserHealth],
+                                 StageResult],
+            target: tuple[str, str], reason: str, events: list[Event], *, tried: bool
+            ) -> StageResult:
+    """The model gave no summary: fall back to the builtin, or abort (module doc)."""
+    if tried:
+        health = record_failure(health, now)
+    action = config.compression.on_summary_failure
+    failed = SummariserFailed(
+        call_id=request.call_id, model=f"{target[0]}/{target[1]}", reason=reason[:200],
+        action=action, cooldown_s=cooldown_seconds(health.failures) if tried else 0.0)
+    if action == "fallback":
+        compaction = builtin(prepared, codec, threshold, summariser="builtin-fallback")
+        return compressed(compaction, [failed], health)
+    model = config.model(request.shape.model)
+    window = (model.context_length if model else None) or DEFAULT_CONTEXT_LENGTH
+    if fixed + prepared.history.tokens >= window:
+        return Refuse(503, "the session's history no longer fits the model's window and "
+                      f"its summary could not be made ({reason}); nothing was sent",
+                      code="summary_failed", kind="server_error", events=(*events, failed))
+    return compressed(None, [failed], health)
