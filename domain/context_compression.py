@@ -51,7 +51,7 @@ from sessionwarden.domain.summariser import (
 )
 from sessionwarden.domain.summary import Summary, render
 from sessionwarden.domain.transcript import content_key
-from sessionwarden.events import ContextCompressed, Event, SummariserFailed
+from sessionwarden.events import CompactionSkipped, ContextCompressed, Event, SummariserFailed
 
 __all__ = ["Done", "compress_step"]
 
@@ -84,12 +84,16 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
         return done(history, kept, events, update)
     prepared = prepare(history, client_items, codec, compression, threshold)
     if prepared is None:
-        return done(history, kept, events, update)
+        return done(history, kept, [*events, *_skipped(request, requested,
+                                                       "nothing to summarise")], update)
 
     def compressed(compaction: Compaction | None, extra: list[Event],
                    health: SummariserHealth) -> StageResult:
         if compaction is None:
-            return done(history, kept, [*events, *extra], update._replace(health=health))
+            why = ("the summary failed" if extra else
+                   "the result would not have been 10 % smaller")
+            return done(history, kept, [*events, *extra, *_skipped(request, requested, why)],
+                        update._replace(health=health))
         after = fixed + compaction.history.tokens
         event = ContextCompressed(
             call_id=request.call_id,
@@ -133,6 +137,13 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
                        compressed, target, reason or "no summary", events, tried=True)
 
     return Need(work, resume)
+
+
+def _skipped(request: CallRequest, requested: str | None, reason: str) -> list[Event]:
+    """A requested compaction not made is recorded, so it is not pending for ever."""
+    if requested is None:
+        return []
+    return [CompactionSkipped(call_id=request.call_id, reason=reason)]
 
 
 def _max_chars(threshold: int) -> int:

@@ -29,6 +29,7 @@ from sessionwarden.events import (
     CallCompleted,
     CallRefused,
     CompactionRequested,
+    CompactionSkipped,
     ContextCompressed,
     Event,
     HistoryReset,
@@ -197,6 +198,8 @@ class _Fold:
             self.pending = None  # a compression serves any request made before it
         elif isinstance(event, CompactionRequested):
             self.pending = PendingCompaction(event.focus, at)
+        elif isinstance(event, CompactionSkipped):
+            self.pending = None
         elif isinstance(event, ToolResultSpilled):
             self.spills += 1
             self.spilled_bytes += event.bytes

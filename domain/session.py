@@ -16,6 +16,7 @@ from sessionwarden.events import (
     CallCompleted,
     CallRefused,
     CompactionRequested,
+    CompactionSkipped,
     ContextCompressed,
     Event,
     SessionStarted,
@@ -91,7 +92,7 @@ class SessionState:
             self.started = True
         elif isinstance(event, CompactionRequested):
             self.compaction = event.focus
-        elif isinstance(event, ContextCompressed):
+        elif isinstance(event, ContextCompressed | CompactionSkipped):
             self.compaction = None
 
     def adopt(self, update: ContextUpdate) -> None:

@@ -12,6 +12,7 @@ from sessionwarden.events.base import Event, parse_tag
 from sessionwarden.events.codec import EncodedEvent, EventCodec, Upcaster
 from sessionwarden.events.context import (
     CompactionRequested,
+    CompactionSkipped,
     ContentRef,
     ContextCompressed,
     HistoryReset,
@@ -49,6 +50,7 @@ __all__ = [
     "CallCompleted",
     "CallRefused",
     "CompactionRequested",
+    "CompactionSkipped",
     "ContentRef",
     "ContextCompressed",
     "CredentialAdded",
@@ -83,6 +85,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     ContextCompressed,
     SummariserFailed,
     CompactionRequested,
+    CompactionSkipped,
     CredentialAdded,
     CredentialRemoved,
     RateLimitsObserved,

@@ -11,7 +11,8 @@ decided by the same admission), so a call that was sent has its decisions record
 - :class:`HistoryReset` a resent history that no longer matched the governed one;
 - :class:`ContextCompressed` a compression and what it saved;
 - :class:`SummariserFailed` the model summariser failing, and the cooldown it caused;
-- :class:`CompactionRequested` a compaction asked for through the control API.
+- :class:`CompactionRequested` a compaction asked for through the control API, and
+  :class:`CompactionSkipped` one that found nothing worth doing at the next call.
 
 Content keys are :func:`sessionwarden.domain.transcript.content_key` of the bytes (32
 hex characters); a message is referred to as ``(key, size in bytes)``.
@@ -23,6 +24,7 @@ from sessionwarden.events.base import Event
 
 __all__ = [
     "CompactionRequested",
+    "CompactionSkipped",
     "ContentRef",
     "ContextCompressed",
     "HistoryReset",
@@ -151,3 +153,18 @@ class CompactionRequested(Event, frozen=True):
     TAG: ClassVar[str] = "context.compaction_requested.v1"
 
     focus: str = ""
+
+
+class CompactionSkipped(Event, frozen=True):
+    """A requested compaction was not made at ``call_id``: ``reason`` says why.
+
+    Nothing to summarise (the whole history is the protected head and the current
+    turn), a result not 10 % smaller, or the summariser failed with
+    ``on_summary_failure = "abort"``. The request is served either way: it is not
+    pending any more.
+    """
+
+    TAG: ClassVar[str] = "context.compaction_skipped.v1"
+
+    call_id: str
+    reason: str

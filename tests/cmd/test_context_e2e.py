@@ -11,12 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.main import main
 from sessionwarden.events import (
     CODEC,
     CallAdmitted,
+    CompactionSkipped,
     ContextCompressed,
     HistoryReset,
     ToolResultSpilled,
@@ -317,3 +319,31 @@ def test_replay_rebuilds_each_call_byte_for_byte_from_the_log(
     main(["replay", "--db", str(daemon.db), "--session", "replayed", "--call", "1"])
     text = capsys.readouterr().out
     assert "spilled" in text and "terminal" in text
+
+
+def test_a_compaction_asked_for_is_made_at_the_next_call_with_its_focus(
+    small: InProcessDaemon, fake: FakeProviderServer
+) -> None:
+    histories = agent_session(7)  # well under the trigger: only the request compresses
+    control = httpx.Client(base_url=f"http://127.0.0.1:{small.port}",
+                           headers={"authorization": f"Bearer {small.token}"})
+    with small.openai(session="asked") as client, control:
+        client.chat.completions.create(model="small", messages=histories[0])  # type: ignore[arg-type]
+        # Nothing to summarise yet: the request is served, not left pending.
+        assert control.post("/v1/sessions/asked/compact", json={}).status_code == 202
+        client.chat.completions.create(model="small", messages=histories[1])  # type: ignore[arg-type]
+        assert control.get("/v1/sessions/asked").json()["pending_compaction"] is None
+        for messages in histories[2:-1]:
+            client.chat.completions.create(model="small", messages=messages)  # type: ignore[arg-type]
+        reply = control.post("/v1/sessions/asked/compact", json={"focus": "the fixture"})
+        assert reply.status_code == 202
+        client.chat.completions.create(model="small", messages=histories[-1])  # type: ignore[arg-type]
+        status = control.get("/v1/sessions/asked").json()
+    found = events_of(small, "asked")
+    [skipped] = [e for e in found if isinstance(e, CompactionSkipped)]
+    assert skipped.reason == "nothing to summarise"
+    [compressed] = [e for e in found if isinstance(e, ContextCompressed)]
+    assert (compressed.trigger, compressed.focus) == ("requested", "the fixture")
+    assert compressed.tokens_before < SMALL_TRIGGER and compressed.summarised > 0
+    assert status["compressions"] == 1 and status["pending_compaction"] is None
+    check_forwarded(upstream(fake)[-1].body["messages"])

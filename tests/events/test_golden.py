@@ -22,6 +22,7 @@ from sessionwarden.events import (
     CallCompleted,
     CallRefused,
     CompactionRequested,
+    CompactionSkipped,
     ContextCompressed,
     CredentialAdded,
     CredentialRemoved,
@@ -100,6 +101,8 @@ EXPECTED: dict[str, Event] = {
         action="abort", cooldown_s=60.0,
     ),
     "context.compaction_requested.v1": CompactionRequested(focus="the database schema"),
+    "context.compaction_skipped.v1": CompactionSkipped(
+        call_id="c3vd2xk7m4qa5bdg", reason="nothing to summarise"),
     "credential.added.v1": CredentialAdded(
         provider="openai", ref="env:OPENAI_API_KEY", fingerprint="fp:1a2b", source="cli"
     ),
