@@ -7,28 +7,36 @@ Imports point down only: events, config, clock (and the root ``errors``/``redact
 
 Each policy has its home here (modules marked *planned* arrive with their issue):
 
-=================  ===========================================================
-``usage``          normalising the providers' usage blocks; our token estimate
-``ratelimits``     parsing rate-limit headers; what is worth recording
-``pool``           key strategies, leases (the key state machine: *planned*)
-``session``        a session's state and how its events fold into it
-``calls``          call requests and outcomes; a call's completion
-``admission``      the admission pipeline: stages, verdicts, pending work
-``stages``         the daemon's list of stages, in order
-``validation``     the request-validation stage
-``messages``       the wire-neutral conversation: parts, tool pairs, content hashes
-``spill``          tool-result spill: thresholds, previews, the per-turn budget
-``compression``    when to compress: the trigger, calibrated estimates, anti-thrashing
-``prune``          compression phase 1: dedupe, one-line summaries, argument cuts
-                   (``prune_lines``: the one-line texts)
-``boundaries``     compression phases 2 and 4: where to cut, assembly, orphan repair
-``summary``        compression phase 3: the builtin structured summary (the model
-                   summariser: *planned*)
-``pricing``        prices and costs (*planned*)
-``budgets``        spend caps and iteration budgets (*planned*)
-``guardrails``     tool-loop guardrails (*planned*)
-``breaker``        the shared rate-limit breaker (*planned*)
-``classifier``     upstream errors into the recovery they need (*planned*)
-``errors``         the domain's errors
-=================  ===========================================================
+=======================  ===========================================================
+``usage``                normalising the providers' usage blocks; our token estimate
+``ratelimits``           parsing rate-limit headers; what is worth recording
+``pool``                 key strategies, leases (the key state machine: *planned*)
+``session``              a session's state and how its events fold into it
+``calls``                call requests and outcomes; a call's completion
+``admission``            the admission pipeline: stages, verdicts, pending work
+``stages``               the daemon's list of stages, in order
+``validation``           the request-validation stage
+``context``              the context stage: recognition, spill, compression, the record
+``conversation``         a request's raw items and the codec that reads and writes one
+``history``              a session's governed history (digests and stand-ins)
+``spill_turns``          spill over a call's new messages: turns, files, stand-ins
+``spill``                tool-result spill: thresholds, previews, the per-turn budget
+``context_compression``  when to compress, with which summariser; failures
+``compression``          when to compress: the trigger, calibrated estimates, anti-thrashing
+``compaction``           one compression: phases 1-4 put together
+``prune``                compression phase 1: dedupe, one-line summaries, argument cuts
+                         (``prune_lines``: the one-line texts)
+``boundaries``           compression phases 2 and 4: where to cut, assembly, orphan repair
+``summary``              compression phase 3: the builtin structured summary
+``summariser``           compression phase 3 with a model: prompt, answer check, cooldowns
+``messages``             the wire-neutral conversation: parts, tool pairs, content hashes
+``transcript``           what a call sent, by content keys; the body's assembly
+``context_status``       a session's context, folded from its events (status, control API)
+``pricing``              prices and costs (*planned*)
+``budgets``              spend caps and iteration budgets (*planned*)
+``guardrails``           tool-loop guardrails (*planned*)
+``breaker``              the shared rate-limit breaker (*planned*)
+``classifier``           upstream errors into the recovery they need (*planned*)
+``errors``               the domain's errors
+=======================  ===========================================================
 """

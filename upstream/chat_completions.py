@@ -2,8 +2,11 @@
 
 Everything the daemon knows about this format's shapes is here, so the proxy never parses
 a wire format itself: reading a client's request into a wire-neutral
-:class:`~sessionwarden.domain.calls.RequestShape`; the body sent upstream (the upstream
-model name, usage always requested on streams); what a plain response says (its usage
+:class:`~sessionwarden.domain.calls.RequestShape` and a
+:class:`~sessionwarden.domain.conversation.Conversation` (its fields decoded, its messages
+left as the client's bytes, read one at a time by :class:`ChatItems` when governance
+needs them); the fields sent upstream (the upstream model name, usage always requested
+on streams) and the body they make with the governed messages; what a plain response says (its usage
 block, the text generated); and, per streamed call, a :class:`ChatStream` that frames the
 server-sent events, keeps the usage chunk the client did not ask for out of the relay,
 holds back ``[DONE]`` until the call is recorded, and notes usage and text on the way.
