@@ -46,6 +46,7 @@ from sessionwarden.domain.messages import (
     ToolCall,
     ToolResult,
     tool_calls,
+    tool_pairs,
 )
 from sessionwarden.domain.prune import prune
 from sessionwarden.domain.summary import Summary, builtin_summary, render
@@ -91,6 +92,15 @@ def is_summary(message: Message) -> bool:
     return isinstance(first, Text) and first.text.startswith(_SUMMARY_START)
 
 
+def _anchor_indices(messages: Sequence[Message]) -> list[int]:
+    """Where the newest request and the newest assistant text are, in order."""
+    request = next((i for i in range(len(messages) - 1, -1, -1)
+                    if is_actionable_request(messages[i], is_summary)), None)
+    text = next((i for i in range(len(messages) - 1, -1, -1)
+                 if is_assistant_text(messages[i], is_summary)), None)
+    return sorted(i for i in (request, text) if i is not None)
+
+
 def _pinnable(messages: Sequence[Message], cut: Cut) -> list[Message] | None:
     """The anchors to pin after ``cut``'s head, in order; None if that cut will not do.
 
@@ -101,12 +111,14 @@ def _pinnable(messages: Sequence[Message], cut: Cut) -> list[Message] | None:
     """
     if cut.empty:
         return None
-    request = next((i for i in range(len(messages) - 1, -1, -1)
-                    if is_actionable_request(messages[i], is_summary)), None)
-    text = next((i for i in range(len(messages) - 1, -1, -1)
-                 if is_assistant_text(messages[i], is_summary)), None)
-    anchors = sorted(i for i in (request, text) if i is not None)
-    if cut.tail_start in anchors:
+    anchors = _anchor_indices(messages)
+    orphans: dict[int, int] = {}
+    for index, _ in tool_pairs(messages).orphan_results:
+        orphans[index] = orphans.get(index, 0) + 1
+    first = cut.tail_start  # the first tail message repair keeps: it may get the summary
+    while first < len(messages) and orphans.get(first, -1) == len(messages[first].parts):
+        first += 1
+    if first in anchors:
         return None
     middle = [i for i in anchors if cut.head_end <= i < cut.tail_start]
     if any(tool_calls(messages[i]) for i in middle):
@@ -177,7 +189,10 @@ def prepare(history: GovernedHistory, client_items: Sequence[bytes], codec: Item
             cut, pinned = alone, pinned_here
     if cut.empty:
         return None
-    pruned = prune(messages, cut.head_end)
+    # Phase 1 rewrites the head, but never from an anchor on: the newest request and
+    # assistant text reach the model byte for byte wherever they are.
+    anchors = [i for i in _anchor_indices(messages) if i < cut.head_end]
+    pruned = prune(messages, min([cut.head_end, *anchors]))
     head = [*pruned.messages[:cut.head_end], *pinned]
     middle = [m for m in messages[cut.head_end:cut.tail_start] if not any(
         m is p for p in pinned)]

@@ -1,0 +1,177 @@
+"""The context stage, pure: recognition, spill work, compression decisions, records."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+from sessionwarden.config import CompressionConfig, Config, ModelConfig, ProviderConfig
+from sessionwarden.domain.admission import Need, Proceed, Refuse, StageResult
+from sessionwarden.domain.calls import CallRequest, RequestShape
+from sessionwarden.domain.context import ContextSettings, govern
+from sessionwarden.domain.session import SessionState
+from sessionwarden.domain.spill_turns import SpillOutcome, SpillWork
+from sessionwarden.domain.summariser import SummaryResult, SummaryWork
+from sessionwarden.events import (
+    CallAdmitted,
+    CallCompleted,
+    ContextCompressed,
+    HistoryReset,
+    RequestRecorded,
+    SummariserFailed,
+    ToolResultSpilled,
+)
+from sessionwarden.upstream.chat_completions import ChatCompletions
+
+WIRE = ChatCompletions()
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def config(**compression: Any) -> Config:
+    return Config(
+        providers=(ProviderConfig(name="p", base_url="http://127.0.0.1:9/v1"),),
+        models=(ModelConfig(name="small", provider="p", context_length=16_000,
+                            max_output_tokens=1_000),),
+        compression=CompressionConfig(**compression))
+
+
+def request(messages: list[dict[str, Any]], call_id: str = "c1") -> CallRequest:
+    body = msgspec.json.encode({"model": "small", "messages": messages})
+    conversation, shape = WIRE.read_request(body)
+    conversation.fields_bytes, _ = WIRE.upstream_fields(conversation.fields, "small", False)
+    return CallRequest(call_id=call_id, session_id="s", provider="p", model="small",
+                       api_mode="chat_completions", shape=shape, body=conversation)
+
+
+def run(settings: ContextSettings, state: SessionState, req: CallRequest,
+        work: Any = None, now: datetime = NOW) -> StageResult:
+    result = govern(settings, state, req, now)
+    while isinstance(result, Need):
+        result = result.resume(work(result.work) if callable(work) else work)
+    return result
+
+
+def admit(state: SessionState, result: StageResult) -> Proceed:
+    """Fold what an admitted call decided, as the session's actor does."""
+    assert isinstance(result, Proceed), result
+    for event in result.events:
+        state.fold(event)
+    req = result.request
+    state.fold(CallAdmitted(call_id=req.call_id, provider="p", model="small",
+                            estimated_tokens=req.estimated_tokens))
+    state.started = True
+    state.adopt(req.context)
+    return result
+
+
+def sent(result: Proceed) -> list[Any]:
+    return [msgspec.json.decode(item) for item in result.request.body.items]
+
+
+SETTINGS = ContextSettings(config(), "/spill")
+
+
+def test_a_first_call_is_forwarded_as_sent_and_recorded() -> None:
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    result = admit(SessionState("s"), run(SETTINGS, SessionState("s"), request(messages)))
+    assert sent(result) == messages
+    [record] = [e for e in result.events if isinstance(e, RequestRecorded)]
+    assert (record.base, record.kept, len(record.system), len(record.appended)) == ("", 0, 1, 1)
+    assert {key for key, _ in result.request.contents} == {
+        record.fields[0], record.system[0][0], record.appended[0][0]}
+    assert result.request.shape.prompt_tokens > 0
+
+
+def test_a_resend_records_only_what_it_added_to_the_previous_call() -> None:
+    state = SessionState("s")
+    first = [{"role": "user", "content": "hi"}]
+    admit(state, run(SETTINGS, state, request(first, "c1")))
+    second = [*first, {"role": "assistant", "content": "yo"}, {"role": "user", "content": "?"}]
+    result = admit(state, run(SETTINGS, state, request(second, "c2")))
+    [record] = [e for e in result.events if isinstance(e, RequestRecorded)]
+    assert (record.base, record.kept, len(record.appended)) == ("c1", 1, 2)
+    assert sent(result) == second
+
+
+def test_an_invalid_new_message_is_refused_with_its_position() -> None:
+    result = run(SETTINGS, SessionState("s"), request(
+        [{"role": "system", "content": "x"}, {"role": "user", "content": "a"}, "oops"]))  # type: ignore[list-item]
+    assert isinstance(result, Refuse) and result.status == 400
+    assert result.message.startswith("messages[2]: ")
+
+
+def test_a_session_known_from_the_log_but_not_in_memory_restarts_its_history() -> None:
+    state = SessionState("s", started=True, calls=3)
+    result = run(SETTINGS, state, request([{"role": "user", "content": "hi"}]))
+    assert isinstance(result, Proceed)
+    [reset] = [e for e in result.events if isinstance(e, HistoryReset)]
+    assert "restarted" in reset.reason
+
+
+def test_spill_work_is_asked_for_and_a_failure_truncates() -> None:
+    messages = [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "t1", "type": "function",
+                     "function": {"name": "terminal", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "t1", "content": "x" * 20_000}]
+    first = govern(SETTINGS, SessionState("s"), request(messages), NOW)
+    assert isinstance(first, Need) and isinstance(first.work, SpillWork)
+    [spill_file] = first.work.files
+    failed = first.resume(SpillOutcome({spill_file.name: "disk full"}))
+    assert isinstance(failed, Proceed)
+    [event] = [e for e in failed.events if isinstance(e, ToolResultSpilled)]
+    assert event.truncated and event.error == "disk full"
+
+
+def long_session(turns: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the build."}]
+    for n in range(turns):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"t{n}", "type": "function",
+             "function": {"name": "terminal", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"t{n}", "content": f"{n}\n" + "out\n" * 600}]
+    return messages
+
+
+def test_a_model_summary_is_asked_for_and_its_failure_falls_back_to_the_builtin() -> None:
+    settings = ContextSettings(config(summariser="model"), "/spill")
+    state = SessionState("s")
+    admit(state, run(settings, state, request(long_session(1), "c1")))
+    first = govern(settings, state, request(long_session(30), "c2"), NOW)
+    assert isinstance(first, Need) and isinstance(first.work, SummaryWork)
+    assert (first.work.provider, first.work.fallback_model) == ("p", "small")
+    result = admit(state, first.resume(SummaryResult(failure="upstream 503")))
+    [failed] = [e for e in result.events if isinstance(e, SummariserFailed)]
+    assert (failed.action, failed.cooldown_s) == ("fallback", 60.0)
+    [compressed] = [e for e in result.events if isinstance(e, ContextCompressed)]
+    assert compressed.summariser == "builtin-fallback"
+    # A reading judges the compression; cooling down, the next one does not ask the model.
+    state.fold(CallCompleted(call_id="c2", input_tokens=4_000))
+    later = run(settings, state, request(long_session(60), "c3"),
+                now=NOW + timedelta(seconds=30))
+    assert isinstance(later, Proceed)
+    assert any(isinstance(e, SummariserFailed) and "cooling" in e.reason
+               for e in later.events)
+
+
+def test_a_first_call_over_its_threshold_is_summarised_by_the_builtin() -> None:
+    settings = ContextSettings(config(summariser="model"), "/spill")
+    result = run(settings, SessionState("s"), request(long_session(30)))
+    assert isinstance(result, Proceed)
+    [compressed] = [e for e in result.events if isinstance(e, ContextCompressed)]
+    assert compressed.summariser == "builtin"
+
+
+def test_abort_refuses_what_no_longer_fits_the_window() -> None:
+    settings = ContextSettings(config(summariser="model", on_summary_failure="abort"),
+                               "/spill")
+    state = SessionState("s")
+    admit(state, run(settings, state, request(long_session(1), "c1")))
+    result = run(settings, state, request(long_session(80), "c2"),
+                 work=SummaryResult(failure="timeout"))
+    assert isinstance(result, Refuse) and result.status == 503
+    assert "timeout" in result.message and result.code == "summary_failed"
+    small = run(settings, state, request(long_session(25), "c3"),
+                work=SummaryResult(failure="timeout"), now=NOW + timedelta(hours=1))
+    assert isinstance(small, Proceed)  # over the trigger, within the window: forwarded whole
+    assert not any(isinstance(e, ContextCompressed) for e in small.events)
+    assert len(sent(small)) == len(long_session(25))
