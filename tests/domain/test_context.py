@@ -6,7 +6,7 @@ from typing import Any
 import msgspec
 from sessionwarden.config import CompressionConfig, Config, ModelConfig, ProviderConfig
 from sessionwarden.domain.admission import Need, Proceed, Refuse, StageResult
-from sessionwarden.domain.calls import CallRequest, RequestShape
+from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.context import ContextSettings, govern
 from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.spill_turns import SpillOutcome, SpillWork
