@@ -59,9 +59,10 @@ _DECISIONS = (ToolResultSpilled, ContextCompressed, SummariserFailed, HistoryRes
 def content_references(event: Event) -> Iterator[str]:
     """The content keys ``event`` refers to that the log must hold (for ``--verify``)."""
     if isinstance(event, RequestRecorded) and event.stored:
-        yield event.fields[0]
-        for key, _ in (*event.system, *event.appended):
-            yield key
+        withheld = set(event.withheld)
+        for key, _ in (event.fields, *event.system, *event.appended):
+            if key not in withheld:
+                yield key
 
 
 @dataclass
@@ -81,6 +82,7 @@ class SentRequest:
     credential: str = ""
     outcome: str = ""
     decisions: list[Event] = field(default_factory=list)
+    withheld: list[str] = field(default_factory=list)  # held an API key: never stored
 
 
 def rebuild(log: EventLog, session_id: str, call: str) -> SentRequest:
@@ -104,6 +106,7 @@ def rebuild(log: EventLog, session_id: str, call: str) -> SentRequest:
     refs = [record.fields, *system, *history]
     stored = log.read_contents(key for key, _ in refs)
     missing = list(dict.fromkeys(key for key, _ in refs if key not in stored))
+    withheld = [key for key in missing if key in record.withheld]
     items = [_content(stored, ref) for ref in (*system, *history)]
     fields = stored.get(record.fields[0])
     if fields is None:
@@ -111,7 +114,7 @@ def rebuild(log: EventLog, session_id: str, call: str) -> SentRequest:
     sent = SentRequest(
         session_id=session_id, call_id=call_id, number=order.index(call_id) + 1,
         calls=len(order), body=assemble_body(fields, record.items_key, items),
-        messages=len(items), missing=missing, recorded=record.stored,
+        messages=len(items), missing=missing, recorded=record.stored, withheld=withheld,
     )
     for event in events:
         if isinstance(event, CallAdmitted) and event.call_id == call_id:
@@ -206,6 +209,9 @@ def _decision_json(event: Event) -> dict[str, Any]:
 def _completeness(sent: SentRequest) -> str:
     if not sent.missing:
         return ""
+    if sent.withheld and len(sent.withheld) == len(sent.missing):
+        return (f"{len(sent.withheld)} content(s) held an API key the daemon uses and were "
+                'not stored (shown as {"key", "size"})')
     if not sent.recorded:
         return ("message recording was off for this call: contents not in the log are "
                 'shown as {"key", "size"}')

@@ -36,6 +36,7 @@ from sessionwarden.domain.calls import CallOutcome
 from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.domain.spill_turns import SpillWork
 from sessionwarden.domain.stages import default_pipeline
+from sessionwarden.redact import default_redactor
 from sessionwarden.store import EventLog
 from sessionwarden.store.spill import SpillStore, default_spill_dir
 from sessionwarden.upstream.client import UpstreamClient
@@ -50,6 +51,11 @@ _COMMITS_PER_TELL = 8
 
 #: Does one kind of work an admission stage needs, on the event loop.
 Performer = Callable[[Any], Awaitable[Any]]
+
+
+def _holds_secret(data: bytes) -> bool:
+    """Whether ``data`` holds one of the keys the pool resolved (raw or JSON-escaped)."""
+    return default_redactor.scrub_secrets(data) != data
 
 
 def spill_directory(config: Config, db_path: Path) -> Path:
@@ -100,7 +106,7 @@ class Runtime:
         #: Where spill files are written (``[tools].spill_dir``, else beside the log).
         self.spill_dir = spill_directory(config, db_path)
         pipeline = pipeline or default_pipeline(config, str(self.spill_dir),
-                                                config.daemon.record_messages)
+                                                config.daemon.record_messages, _holds_secret)
         self.performers[SpillWork] = partial(write_spills, SpillStore(self.spill_dir))
 
         specs = [

@@ -25,7 +25,7 @@ threshold travel with the admitted request (:class:`ContextUpdate`) and the sess
 actor adopts them once the admission is durable.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -60,12 +60,22 @@ from sessionwarden.events import Event, HistoryReset, RequestRecorded
 __all__ = ["ContextSettings", "govern"]
 
 
+def _nothing(data: bytes) -> bool:
+    return False
+
+
 class ContextSettings(NamedTuple):
-    """What the stage needs from outside: the config, where spills go, what to record."""
+    """What the stage needs from outside: the config, where spills go, what to record.
+
+    ``holds_secret`` says whether a content holds an API key the daemon uses (the
+    redactor's registered secrets, injected): such a content is sent, as the client
+    wrote it, but never stored in the log.
+    """
 
     config: Config
     spill_dir: str
     record_messages: bool = True
+    holds_secret: Callable[[bytes], bool] = _nothing
 
 
 class _Call(NamedTuple):
@@ -203,12 +213,17 @@ def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, ke
     )
     contents: tuple[tuple[str, bytes], ...] = ()
     if settings.record_messages:
-        contents = (
+        candidates = (
             (record.fields[0], fields),
             *((ref[0], raw) for ref, raw in zip(record.system, call.system, strict=True)),
             *((ref[0], raw) for ref, raw in
               zip(record.appended, sent[kept:], strict=True)),
         )
+        contents = tuple(c for c in candidates if not settings.holds_secret(c[1]))
+        if len(contents) < len(candidates):
+            kept_keys = {key for key, _ in contents}
+            record = msgspec.structs.replace(record, withheld=tuple(dict.fromkeys(
+                key for key, _ in candidates if key not in kept_keys)))
     history = history._replace(call_id=request.call_id)
     update = update._replace(history=history)
     shape = msgspec.structs.replace(request.shape, prompt_tokens=fixed + history.tokens,

@@ -6,6 +6,7 @@ its own module of this package: ``budgets`` (spend caps reserved before sending)
 ``guardrails`` (iteration budget, tool-loop guardrails).
 """
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 
@@ -20,14 +21,18 @@ __all__ = ["default_pipeline"]
 
 
 def default_pipeline(config: Config, spill_dir: str = "spill",
-                     record_messages: bool = True) -> Pipeline:
+                     record_messages: bool = True,
+                     holds_secret: Callable[[bytes], bool] | None = None) -> Pipeline:
     """The pipeline every session's calls go through under ``config``.
 
     ``spill_dir`` is where spill files are written, as the agent should read it (an
     absolute path in the daemon); ``record_messages`` False keeps message contents out of
-    the log (only their keys and sizes are recorded).
+    the log (only their keys and sizes are recorded); ``holds_secret`` finds contents
+    that must not be stored because they hold one of the daemon's keys.
     """
     settings = ContextSettings(config, spill_dir, record_messages)
+    if holds_secret is not None:
+        settings = settings._replace(holds_secret=holds_secret)
     bound = partial(govern, settings)
 
     @stage("context")

@@ -48,7 +48,8 @@ class RequestRecorded(Event, frozen=True):
     grows with the session's distinct content, not with its square. ``base`` is ``""``
     for a call whose governed history starts afresh (the first, after a reset, after a
     compression). ``stored`` is False when message recording is off: then only keys and
-    sizes are known.
+    sizes are known. ``withheld`` lists the keys of contents not stored because they
+    held an API key the daemon uses (the log never stores one).
     """
 
     TAG: ClassVar[str] = "session.request_recorded.v1"
@@ -61,6 +62,7 @@ class RequestRecorded(Event, frozen=True):
     kept: int = 0
     appended: tuple[ContentRef, ...] = ()
     stored: bool = True
+    withheld: tuple[str, ...] = ()
 
 
 class ToolResultSpilled(Event, frozen=True):

@@ -21,6 +21,7 @@ from sessionwarden.events import (
     CompactionSkipped,
     ContextCompressed,
     HistoryReset,
+    RequestRecorded,
     ToolResultSpilled,
 )
 
@@ -347,3 +348,23 @@ def test_a_compaction_asked_for_is_made_at_the_next_call_with_its_focus(
     assert compressed.tokens_before < SMALL_TRIGGER and compressed.summarised > 0
     assert status["compressions"] == 1 and status["pending_compaction"] is None
     check_forwarded(upstream(fake)[-1].body["messages"])
+
+
+def test_a_message_holding_one_of_our_keys_is_sent_but_never_stored(
+    daemon: InProcessDaemon, fake: FakeProviderServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = daemon.keys["FAKE_KEY_A"]
+    leaky = history(turn([("call_1", "terminal", f"$ env\nFAKE_KEY_A={key}\nHOME=/root\n")]))
+    with daemon.openai(session="leaky") as client:
+        client.chat.completions.create(model=MODEL, messages=leaky)  # type: ignore[arg-type]
+    assert key in upstream(fake)[0].body["messages"][-1]["content"]  # the client's own text
+    [record] = [e for e in events_of(daemon, "leaky") if isinstance(e, RequestRecorded)]
+    assert len(record.withheld) == 1
+    stored = daemon.runtime.log.read_contents(k for k, _ in record.appended)
+    assert record.withheld[0] not in stored and len(stored) == len(record.appended) - 1
+    assert all(key.encode() not in data for data in stored.values())
+    assert key.encode() not in daemon.db.read_bytes()
+    assert main(["replay", "--db", str(daemon.db), "--verify"]) == 0
+    main(["replay", "--db", str(daemon.db), "--session", "leaky", "--call", "1"])
+    out = capsys.readouterr().out
+    assert "held an API key" in out and key not in out

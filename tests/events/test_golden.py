@@ -81,6 +81,7 @@ EXPECTED: dict[str, Event] = {
         call_id="c3vd2xk7m4qa5bdg", fields=("0f" * 16, 61), items_key="input",
         system=(("1a" * 16, 120),), base="c3vd2xk7m4qa5bdf", kept=40,
         appended=(("2b" * 16, 310), ("3c" * 16, 1502)), stored=False,
+        withheld=("3c" * 16,),
     ),
     "context.tool_result_spilled.v1": ToolResultSpilled(
         call_id="c3vd2xk7m4qa5bdg", message=41, tool="terminal", reason="turn",
