@@ -4,9 +4,12 @@ Nothing here looks at a figure (benchmarks never assert on time); the tests only
 ``bench/`` from rotting unseen between the runs that record figures in the issue notes.
 """
 
+import gzip
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,9 +54,29 @@ def test_callsize_prints_events_and_bytes_per_call() -> None:
     assert "events/call" in out and "database growth per call:" in out
 
 
-def test_context_prints_our_pass_without_hermes() -> None:
+def synthetic_session(path: Path, turns: int = 60) -> Path:
+    """A small tool-heavy session in the benchmark input's format (a gzipped JSON list).
+
+    The real input lives outside the repository (../shared/bench), which a fresh clone
+    does not have: the smoke test must not depend on it.
+    """
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."},
+                                      {"role": "user", "content": "Fix the build."}]
+    for n in range(turns):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{n}", "type": "function",
+             "function": {"name": "terminal", "arguments": json.dumps({"cmd": f"make {n}"})}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{n}",
+                         "content": json.dumps({"output": "line\n" * 400, "exit_code": n % 2})})
+    path.write_bytes(gzip.compress(json.dumps(messages).encode()))
+    return path
+
+
+def test_context_prints_our_pass_without_hermes(tmp_path: Path) -> None:
     # --no-hermes: the test suite never installs Hermes Agent (bench/.hermes-venv).
-    out = run_script(str(BENCH / "context.py"), "--quick", "--rounds", "1", "--no-hermes")
+    session = synthetic_session(tmp_path / "session.json.gz")
+    out = run_script(str(BENCH / "context.py"), "--quick", "--rounds", "1", "--no-hermes",
+                     "--session", str(session), "--prefix", "40")
     assert "Hermes Agent skipped (--no-hermes)" in out
     for name in ("whole", "prefix"):
         assert f"\n{name} " in out
