@@ -35,7 +35,7 @@ from sessionwarden.store import EventLog
 if TYPE_CHECKING:  # demo.py imports this module to build its steps
     from sessionwarden.cmd.demo import Demo
 
-__all__ = ["compressed_session", "json_object", "sent_number", "spilled_result"]
+__all__ = ["compressed_session", "spilled_result"]
 
 _MAX_TURNS = 18  # read_file turns; the fresh demo's session compresses at the 8th
 _SOURCES = {"real": "the provider's count", "estimated": "our estimate"}
@@ -80,13 +80,13 @@ def _tool_turn(demo: "Demo", tool: str, output: Any) -> tuple[str, int]:
     message = answer["choices"][0]["message"]
     demo.messages.append(message)
     [call] = message["tool_calls"]
-    path = str(json_object(call["function"]["arguments"]).get("path", "."))
+    path = str(_json_object(call["function"]["arguments"]).get("path", "."))
     demo.messages.append({"role": "tool", "tool_call_id": call["id"],
                           "content": output(path)})
     return path, int(answer["usage"]["prompt_tokens"])
 
 
-def json_object(text: str) -> dict[str, Any]:
+def _json_object(text: str) -> dict[str, Any]:
     """``text`` decoded as a JSON object (an empty one if it is not)."""
     try:
         value = msgspec.json.decode(text)
@@ -95,8 +95,12 @@ def json_object(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _last_spill(demo: "Demo") -> tuple[ToolResultSpilled, str]:
-    """The session's last spill and the stand-in its call sent, rebuilt from the log."""
+def _last_spill(demo: "Demo") -> tuple[ToolResultSpilled, str, int]:
+    """The session's last spill, the stand-in its call sent and that call's number.
+
+    Read from the log as ``replay --session ID --call N`` reads it (read-only: the
+    daemon is running).
+    """
     with EventLog(demo.db, readonly=True) as log:
         spills = [e for e in (CODEC.decode(r.type, r.data)
                               for r in log.read_stream(session_stream(demo.session)))
@@ -105,7 +109,7 @@ def _last_spill(demo: "Demo") -> tuple[ToolResultSpilled, str]:
             raise CommandError("demo: the big tool result was not spilled")
         sent = rebuild(log, demo.session, spills[-1].call_id)
     body = msgspec.json.decode(sent.body)
-    return spills[-1], str(body["messages"][spills[-1].message]["content"])
+    return spills[-1], str(body["messages"][spills[-1].message]["content"]), sent.number
 
 
 def _cut(line: str, width: int = 74) -> str:
@@ -118,7 +122,7 @@ def spilled_result(demo: "Demo") -> str:
     path, _ = _tool_turn(demo, "run_tests", _test_log)
     # The result is governed when it is sent: with the next call.
     _tool_turn(demo, "read_file", lambda p: _source_file(p, 0))
-    spill, stand_in = _last_spill(demo)
+    spill, stand_in, number = _last_spill(demo)
     lines = stand_in.splitlines()
     start = next(n for n, line in enumerate(lines) if line.startswith("Preview"))
     where = next(x for x in lines if x.startswith("Full output: ")).removeprefix("Full output: ")
@@ -130,16 +134,10 @@ def spilled_result(demo: "Demo") -> str:
         "     more than one tool result may take of a 16,000-token window (15 %: 9,600),",
         "     so the daemon saved it to a file and sent the model this stand-in instead",
         f"     (`sessionwarden replay --session {demo.session} "
-        f"--call {sent_number(demo, spill.call_id)}` shows it all):",
+        f"--call {number}` shows it all):",
         *(f"       | {_cut(line)}" for line in shown),
         f"     spill file: {printable(where)} ({spill.bytes:,} bytes)",
     ])
-
-
-def sent_number(demo: "Demo", call_id: str) -> int:
-    """The 1-based number of ``call_id`` among the session's recorded requests."""
-    with EventLog(demo.db, readonly=True) as log:
-        return rebuild(log, demo.session, call_id).number
 
 
 def compressed_session(demo: "Demo") -> str:
@@ -151,9 +149,10 @@ def compressed_session(demo: "Demo") -> str:
         _, prompt = _tool_turn(demo, "read_file", lambda p, t=turn: _source_file(p, t))
         status = demo.get(f"/sessions/{demo.session}")  # the control API, as any client
     threshold, last = status["threshold_tokens"], status["last_compression"]
-    if last is None:
-        return (f"{turn} read_file turns and no compression: the context is "
-                f"{status['context']['tokens']:,} tokens, its threshold {threshold:,}")
+    if last is None:  # with --db, the user's configuration may set a far threshold
+        context = status["context"]["tokens"] if status["context"] else 0
+        return (f"{turn} read_file turns and no compression: the context is {context:,} "
+                f"tokens, its threshold {threshold:,}")
     by = last["summariser"] + (f" ({last['model']})" if last["model"] else "")
     return "\n".join([
         "",
