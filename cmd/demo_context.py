@@ -130,11 +130,12 @@ def spilled_result(demo: "Demo") -> str:
     return "\n".join([
         "",
         f"     the user asks {_TASK!r}",
-        f"     {DEMO_MODEL} calls run_tests({path}); its output is {spill.chars:,} characters,",
-        "     more than one tool result may take of a 16,000-token window (15 %: 9,600),",
+        f"     {DEMO_MODEL} calls run_tests({path}), whose output is {spill.chars:,} "
+        "characters:",
+        "     over the 9,600 a tool result may take in a 16,000-token window (15 % of it),",
         "     so the daemon saved it to a file and sent the model this stand-in instead",
-        f"     (`sessionwarden replay --session {demo.session} "
-        f"--call {number}` shows it all):",
+        f"     (`sessionwarden replay --session {demo.session} --call {number}` shows "
+        "that request):",
         *(f"       | {_cut(line)}" for line in shown),
         f"     spill file: {printable(where)} ({spill.bytes:,} bytes)",
     ])
@@ -156,7 +157,8 @@ def compressed_session(demo: "Demo") -> str:
     by = last["summariser"] + (f" ({last['model']})" if last["model"] else "")
     return "\n".join([
         "",
-        "     the agent reads a file a turn (read_file: never spilled, 6,000 characters);",
+        "     then the agent reads a file each turn (6,000 characters; read_file results",
+        "     are never spilled: the agent reads a spill file with it);",
         f"     after {turn} turns the history reached the model's threshold of {threshold:,} "
         "tokens,",
         "     so before sending that call the daemon compressed it "
