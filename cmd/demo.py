@@ -3,18 +3,23 @@
 The demo starts ``sessionwarden daemon`` as a subprocess (127.0.0.1, port 0, a token of
 its own) and plays :data:`STEPS` against the built-in simulated provider ``sim`` over
 plain HTTP (the standard library's client: the demo needs no SDK), then stops the daemon
-and prints ``status`` and ``usage`` of the log it wrote.
+and prints ``status``, the long session's ``status --session`` and ``usage`` of the log
+it wrote. The last steps are a long tool-heavy session on a small-window model, where a
+tool result is spilled and the history compressed (:mod:`sessionwarden.cmd.demo_context`).
 
 Which log: without ``--db``, a fresh one in a new temporary directory, which is kept
 (its path is printed, to explore with ``events``, ``replay --verify``…) and left to the
-system's temporary-file cleanup; the daemon then runs with no configuration and no
-provider keys, so nothing of the user's setup enters it. ``$SESSIONWARDEN_DB`` is
-ignored: only ``--db`` names a log to write to, and then the daemon runs with the
-user's configuration and environment, as theirs would on that log (its keys are not
-reconciled away).
+system's temporary-file cleanup; the daemon then runs with no provider keys and only the
+demo's configuration (its small-window model), so nothing of the user's setup enters
+it. ``$SESSIONWARDEN_DB`` is ignored: only ``--db`` names a log to write to, and then the
+daemon runs with the user's configuration (plus the demo's model) and environment, as
+theirs would on that log (its keys are not reconciled away). The configuration is
+written to a new temporary directory (beside the fresh log), checked to keep the demo
+offline (:mod:`sessionwarden.cmd.demo_config`), and kept.
 
 Adding a step is one entry in :data:`STEPS`: a title and a function of the
-:class:`Demo` that makes its calls and returns a one-line summary.
+:class:`Demo` that makes its calls and returns a summary — one line, or several
+starting with a newline (then the title stands on its own line).
 """
 
 import argparse
@@ -34,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from sessionwarden.cmd.demo_config import DEMO_MODEL, write_config
+from sessionwarden.cmd.demo_context import compressed_session, spilled_result
 from sessionwarden.cmd.errors import CommandError
 
 __all__ = ["STEPS", "Demo", "Step", "run_demo"]
@@ -53,6 +60,8 @@ class Demo:
 
     base_url: str
     token: str
+    #: The log the daemon writes (read-only here: the long session reads its decisions).
+    db: Path
     session: str = field(default_factory=lambda: f"demo-{secrets.token_hex(4)}")
     #: The conversation so far (steps that continue it append to it).
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -141,6 +150,7 @@ def _tool_call(demo: Demo) -> str:
 def _tool_answer(demo: Demo) -> str:
     answer = demo.chat(model="sim/agent", messages=demo.messages, tools=_TOOLS)
     choice = answer["choices"][0]
+    demo.messages.append({"role": "assistant", "content": choice["message"]["content"]})
     return (f"after the tool result: {choice['finish_reason']}, "
             f"{len(choice['message']['content'])} characters ({_tokens(answer['usage'])})")
 
@@ -160,6 +170,8 @@ STEPS: list[Step] = [
     Step("a streamed call", _streamed),
     Step("an agent's tool call", _tool_call),
     Step("the agent's final answer", _tool_answer),
+    Step("a long tool-heavy session: a big tool result spilled", spilled_result),
+    Step("the long session goes on: its history compressed", compressed_session),
 ]
 
 
@@ -209,12 +221,11 @@ class _Daemon:
         return self.proc.returncode
 
 
-def _environment(own_db: bool) -> dict[str, str]:
+def _environment(own_db: bool, config: Path) -> dict[str, str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONWARDEN_")}
-    if own_db:  # the user's own log: their daemon's configuration, as it would run there
-        config = os.environ.get("SESSIONWARDEN_CONFIG")
-        return environ | ({"SESSIONWARDEN_CONFIG": config} if config else {})
-    return {k: v for k, v in environ.items() if k not in _KEY_VARIABLES}
+    if not own_db:  # a fresh log: nothing of the user's setup, no key
+        environ = {k: v for k, v in environ.items() if k not in _KEY_VARIABLES}
+    return environ | {"SESSIONWARDEN_CONFIG": str(config)}
 
 
 def run_demo(args: argparse.Namespace, db: Path) -> int:
@@ -222,29 +233,37 @@ def run_demo(args: argparse.Namespace, db: Path) -> int:
     from sessionwarden.cmd.main import build_parser  # main imports this module's caller
 
     own_db = args.db is not None
+    scratch = Path(tempfile.mkdtemp(prefix="sessionwarden-demo-"))
     if not own_db:
-        db = Path(tempfile.mkdtemp(prefix="sessionwarden-demo-")) / "events.db"
+        db = scratch / "events.db"
+    config = scratch / "config.toml"
+    write_config(config, own_db, os.environ)
     print(f"sessionwarden demo: {len(STEPS)} steps through a real daemon, against the "
           "offline simulated provider sim")
-    daemon = _Daemon(db, _environment(own_db))
+    daemon = _Daemon(db, _environment(own_db, config))
     try:
-        demo = Demo(daemon.wait_listening(), daemon.token)
+        demo = Demo(daemon.wait_listening(), daemon.token, db)
         print(f"daemon on {demo.base_url}, log {db}, session {demo.session}")
+        print(f"its config: {config} (the user's, with --db, plus the demo's model "
+              f"{DEMO_MODEL})" if own_db else f"its config: {config} (the demo's model "
+              f"{DEMO_MODEL}: sim's agent with a 16,000-token window)")
         for number, step in enumerate(STEPS, 1):
             try:
                 summary = step.run(demo)
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 raise CommandError(f"demo step {number} ({step.title}): unexpected answer "
                                    f"({type(exc).__name__}: {exc})") from None
-            print(f"{number:>3}. {step.title}: {summary}")
+            # A summary of several lines starts with a newline: the title stands alone.
+            print(f"{number:>3}. {step.title}:{'' if summary[:1] == chr(10) else ' '}{summary}")
     finally:
         code = daemon.stop()
     if code != 0:
         raise CommandError(f"the demo's daemon stopped with exit code {code}")
     parser = build_parser()
-    for command in ("status", "usage"):
-        print(f"\n$ sessionwarden {command} --db {db}")
-        sub = parser.parse_args([command, "--db", str(db)])
+    for command in (["status"], ["status", "--session", demo.session, "--config", str(config)],
+                    ["usage"]):
+        print(f"\n$ sessionwarden {command[0]} --db {db} {' '.join(command[1:])}".rstrip())
+        sub = parser.parse_args([command[0], "--db", str(db), *command[1:]])
         sub.run(sub, db)
     where = "it is yours" if own_db else "a temporary directory, kept for you to explore"
     print(f"\nthe demo's log: {db} ({where}); try `sessionwarden events --db {db}`")

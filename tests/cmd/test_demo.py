@@ -2,14 +2,22 @@
 
 The demo runs as a user would run it (a subprocess), with a state directory, a
 ``$SESSIONWARDEN_DB`` and a provider key that must all be left alone: the demo writes
-only to a new temporary log (or the one ``--db`` names).
+only to a new temporary log (or the one ``--db`` names), and its configuration to a
+new temporary directory.
 """
 
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
+import pytest
 from sessionwarden.cmd.demo import STEPS
+from sessionwarden.cmd.demo_config import DEMO_CONFIG, check_offline
+from sessionwarden.cmd.errors import CommandError
+from sessionwarden.config import parse_config
+from sessionwarden.events import CODEC, ContextCompressed, ToolResultSpilled
+from sessionwarden.store import EventLog
 
 from tests.cmd.daemon_fixtures import (
     DaemonFactory,
@@ -20,17 +28,29 @@ from tests.cmd.daemon_fixtures import (
 )
 
 _LOG = re.compile(r"^the demo's log: (\S+) ", re.MULTILINE)
+_CONFIG = re.compile(r"^its config: (\S+) ", re.MULTILINE)
+#: The demo's calls: 4 short steps, then the long session's 10 (run_tests, the call that
+#: sends its spilled result, 8 read_file turns until the 12,750-token threshold).
+_CALLS = 14
+#: Its log: SessionStarted, per call RequestRecorded + CallAdmitted + CallCompleted, one
+#: ToolResultSpilled, one ContextCompressed, and the checkpoint of the clean stop.
+_EVENTS = 1 + 3 * _CALLS + 1 + 1 + 1
 
 
-def _demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+def _env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "tmp").mkdir()
     (tmp_path / "real").mkdir()
-    env = clean_env() | {
+    return clean_env() | {
         "XDG_STATE_HOME": str(tmp_path / "xdg"),
         "TMPDIR": str(tmp_path / "tmp"),
         "SESSIONWARDEN_DB": str(tmp_path / "real" / "events.db"),
         "OPENAI_API_KEY": "sk-demo-must-not-be-used-0123456789",
     }
+
+
+def _demo(tmp_path: Path, *args: str, env: dict[str, str] | None = None
+          ) -> tuple[subprocess.CompletedProcess[str], Path]:
+    env = env or _env(tmp_path)
     result = subprocess.run([*sessionwarden_cmd(), "demo", *args], env=env,
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, (result.stdout, result.stderr)
@@ -39,17 +59,50 @@ def _demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str],
     return result, Path(match.group(1))
 
 
+def _events(db: Path) -> list[Any]:
+    with EventLog(db, readonly=True) as log:
+        return [CODEC.decode(e.type, e.data) for e in log.read_all()
+                if CODEC.knows(e.type)]
+
+
 def _assert_played(out: str, db: Path) -> None:
     for number, step in enumerate(STEPS, 1):
-        assert f"{number:>3}. {step.title}: " in out
-    # status and usage of the demo's log, in that order, as their own commands print them
-    assert out.index("$ sessionwarden status") < out.index("$ sessionwarden usage")
+        assert f"{number:>3}. {step.title}:" in out
+    # status, the long session's status and usage of the demo's log, as their own
+    # commands print them
+    assert (out.index(f"$ sessionwarden status --db {db}\n")
+            < out.index(f"$ sessionwarden status --db {db} --session demo-")
+            < out.index("$ sessionwarden usage"))
     assert "sessions:" in out and "REQUESTS" in out and "total" in out
     rows = ledger_rows(db)
-    assert len(rows) == 4
+    assert len(rows) == _CALLS
     assert {(r["provider"], r["status"], r["source"]) for r in rows.values()} == {
         ("sim", 200, "provider")}
     assert all(r["output_tokens"] > 0 for r in rows.values())
+    _assert_spilled_and_compressed(out, db)
+
+
+def _assert_spilled_and_compressed(out: str, db: Path) -> None:
+    events = _events(db)
+    # the 30,000-character test log went to a file under the log's spill/ directory...
+    [spill] = [e for e in events if isinstance(e, ToolResultSpilled)]
+    assert (spill.tool, spill.reason, spill.chars, spill.truncated) == (
+        "run_tests", "result", 30_000, False)
+    saved = db.parent / "spill" / spill.file
+    assert saved.stat().st_size == spill.bytes == 30_000
+    assert saved.read_text().startswith("$ pytest ")
+    assert f"spill file: {saved} (30,000 bytes)" in out
+    assert "| [sessionwarden saved this tool result to a file" in out  # the stand-in
+    # ...and the history was compressed once, from over its threshold to under it
+    [compressed] = [e for e in events if isinstance(e, ContextCompressed)]
+    assert compressed.trigger == "threshold" and compressed.summariser == "builtin"
+    assert compressed.tokens_after < compressed.threshold == 12_750 <= compressed.tokens_before
+    assert compressed.summarised > 0
+    assert (f"{compressed.tokens_before:,} -> {compressed.tokens_after:,} tokens" in out)
+    assert f"{compressed.summarised} summarised by the builtin summariser" in out
+    # status --session sees it all, against the demo model's threshold
+    assert "/ 12,750 tokens" in out
+    assert "compressions: 1\n  last " in out and "spills: 1 (30,000 bytes)" in out
 
 
 def test_the_demo_plays_its_script_on_a_fresh_temporary_log(tmp_path: Path) -> None:
@@ -62,7 +115,12 @@ def test_the_demo_plays_its_script_on_a_fresh_temporary_log(tmp_path: Path) -> N
     assert "sk-demo" not in result.stdout + result.stderr
     verified = subprocess.run([*sessionwarden_cmd(), "replay", "--verify", "--db", str(db)],
                               env=clean_env(), capture_output=True, text=True, timeout=60)
-    assert verified.returncode == 0 and verified.stdout.startswith("ok: 14 events verified")
+    assert verified.returncode == 0
+    assert verified.stdout.startswith(f"ok: {_EVENTS} events verified")
+    # the daemon's configuration: the demo's model, beside the log, nothing else
+    match = _CONFIG.search(result.stdout)
+    assert match and Path(match.group(1)) == db.parent / "config.toml"
+    assert (db.parent / "config.toml").read_text() == DEMO_CONFIG.lstrip()
 
 
 def test_the_demo_writes_to_the_log_db_names(tmp_path: Path) -> None:
@@ -70,9 +128,56 @@ def test_the_demo_writes_to_the_log_db_names(tmp_path: Path) -> None:
     result, shown = _demo(tmp_path, "--db", str(db))
     assert shown == db
     _assert_played(result.stdout, db)
-    assert not (tmp_path / "xdg").exists() and list((tmp_path / "tmp").iterdir()) == []
-    # the daemon ran with the user's environment: its key is in that log's pool
+    assert not (tmp_path / "xdg").exists()
+    # the daemon ran with the user's environment: its key is in that log's pool, from the
+    # zero config the demo wrote out (key references only) before its own model
     assert query_db(db, "SELECT provider FROM view_credentials") == [("openai",)]
+    [scratch] = list((tmp_path / "tmp").iterdir())
+    assert [p.name for p in scratch.iterdir()] == ["config.toml"]
+    config = (scratch / "config.toml").read_text()
+    assert config.endswith(DEMO_CONFIG) and 'keys = ["env:OPENAI_API_KEY"]' in config
+    assert "sk-demo" not in config + result.stdout + result.stderr
+
+
+def test_with_db_the_demo_adds_its_model_to_the_users_config_file(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    (tmp_path / "mine.toml").write_text(
+        '[daemon]\nport = 9999\n\n[[providers]]\nname = "openai"\n'
+        'base_url = "https://api.openai.com/v1"\nkeys = ["env:OPENAI_API_KEY"]\n')
+    env["SESSIONWARDEN_CONFIG"] = str(tmp_path / "mine.toml")
+    db = tmp_path / "mine.db"
+    result, _ = _demo(tmp_path, "--db", str(db), env=env)
+    _assert_played(result.stdout, db)
+    [scratch] = list((tmp_path / "tmp").iterdir())
+    assert (scratch / "config.toml").read_text() == (
+        (tmp_path / "mine.toml").read_text() + DEMO_CONFIG)
+
+
+def test_a_demo_that_would_leave_the_machine_is_refused_in_one_line(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    (tmp_path / "mine.toml").write_text(
+        '[[providers]]\nname = "openai"\nbase_url = "https://api.openai.com/v1"\n'
+        'keys = ["env:OPENAI_API_KEY"]\n\n[compression]\nsummariser = "model"\n'
+        'summary_model = "openai/gpt-4.1-mini"\n')
+    db = tmp_path / "mine.db"
+    result = subprocess.run([*sessionwarden_cmd(), "demo", "--db", str(db)],
+                            env=env | {"SESSIONWARDEN_CONFIG": str(tmp_path / "mine.toml")},
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == ("sessionwarden: the demo stays offline, but the configuration's "
+                             "summary model is on provider openai: run `sessionwarden demo` "
+                             "without --db\n")
+    assert not db.exists()  # no daemon was started
+
+
+def test_a_configuration_that_replaces_sim_is_not_offline() -> None:
+    replaced = parse_config('[[providers]]\nname = "sim"\nbase_url = "https://sim.example/v1"\n'
+                            + DEMO_CONFIG)
+    with pytest.raises(CommandError, match="replaces the simulated provider sim"):
+        check_offline(replaced)
+    check_offline(parse_config(DEMO_CONFIG))  # the demo's own: offline
+    check_offline(parse_config('[compression]\nsummariser = "model"\nsummary_model = '
+                               '"sim/chat"\n'))  # a simulated summary model: offline too
 
 
 def test_a_demo_whose_daemon_cannot_start_says_why_in_one_line(
