@@ -29,8 +29,7 @@ def model_entry(config: Config, provider: str, model: str) -> ModelConfig | None
     A ``[[models]]`` name is sent upstream as it is, on its provider, so both the name
     and ``<provider>/<name>`` lead here; any other ``<provider>/<model>`` has no entry.
     """
-    entry = config.model(model)
-    return entry if entry is not None and entry.provider == provider else None
+    return config.model_for(provider, model)
 
 
 def read_status(log: EventLog, config: Config, session_id: str) -> ContextStatus | None:

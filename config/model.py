@@ -317,6 +317,15 @@ class Config(_Section, frozen=True):
         """The ``[[models]]`` entry called ``name``, or None."""
         return next((m for m in self.models if m.name == name), None)
 
+    def model_for(self, provider: str, upstream_model: str) -> ModelConfig | None:
+        """The ``[[models]]`` entry of a call to ``upstream_model`` on ``provider``.
+
+        A ``[[models]]`` name is sent upstream as it is, on its provider, so a client
+        naming it either way (``agent-20`` or ``sim/agent-20``) finds its window here.
+        """
+        entry = self.model(upstream_model)
+        return entry if entry is not None and entry.provider == provider else None
+
 
 def _resolve(config: Config, name: str) -> tuple[ProviderConfig, str] | None:
     model = config.model(name)

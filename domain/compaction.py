@@ -144,6 +144,7 @@ class Prepared(NamedTuple):
     middle: list[Message]
     tail: list[Message]
     pruned: int
+    pinned: int = 0
 
 
 class Compaction(NamedTuple):
@@ -194,10 +195,10 @@ def prepare(history: GovernedHistory, client_items: Sequence[bytes], codec: Item
     anchors = [i for i in _anchor_indices(messages) if i < cut.head_end]
     pruned = prune(messages, min([cut.head_end, *anchors]))
     head = [*pruned.messages[:cut.head_end], *pinned]
-    middle = [m for m in messages[cut.head_end:cut.tail_start] if not any(
-        m is p for p in pinned)]
-    return Prepared(history, messages, head, middle, messages[cut.tail_start:],
-                    len(pruned.events))
+    # The summary reads the pinned anchors too (kept verbatim as well): without the
+    # answer and the request, an older ask would read as pending and the task be lost.
+    return Prepared(history, messages, head, messages[cut.head_end:cut.tail_start],
+                    messages[cut.tail_start:], len(pruned.events), len(pinned))
 
 
 def finish(prepared: Prepared, text: str, codec: ItemCodec, *, summariser: str,
@@ -228,7 +229,7 @@ def finish(prepared: Prepared, text: str, codec: ItemCodec, *, summariser: str,
     if compressed.tokens > history.tokens * MIN_SAVING:
         return None
     return Compaction(compressed, summariser, model, len(history.items),
-                      len(prepared.middle), prepared.pruned, summary_raw)
+                      len(prepared.middle) - prepared.pinned, prepared.pruned, summary_raw)
 
 
 def builtin(prepared: Prepared, codec: ItemCodec, threshold: int,

@@ -135,7 +135,7 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
         messages.append(read)
     call = _Call(request, conversation, list(items[:leading]), rest, digests, base,
                  len(base.items), events)
-    model = settings.config.model(request.shape.model)
+    model = settings.config.model_for(request.provider, request.model)
     limits = resolve_limits(settings.config.tools,
                             model.context_length if model else None,
                             _explicit_tools(settings.config))

@@ -70,7 +70,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
     not history (the fields, the system items).
     """
     compression = config.compression
-    model = config.model(request.shape.model)
+    model = config.model_for(request.provider, request.model)
     threshold = trigger_tokens(model, compression)
     context = state.context
     guard = context.guard if context is not None else CompressionGuard()
@@ -178,7 +178,7 @@ def _failed(config: Config, request: CallRequest, prepared: Prepared, codec: Ite
     if action == "fallback":
         compaction = builtin(prepared, codec, threshold, summariser="builtin-fallback")
         return compressed(compaction, [failed], health)
-    model = config.model(request.shape.model)
+    model = config.model_for(request.provider, request.model)
     window = (model.context_length if model else None) or DEFAULT_CONTEXT_LENGTH
     if fixed + prepared.history.tokens >= window:
         return Refuse(503, "the session's history no longer fits the model's window and "

@@ -175,3 +175,15 @@ def test_abort_refuses_what_no_longer_fits_the_window() -> None:
     assert isinstance(small, Proceed)  # over the trigger, within the window: forwarded whole
     assert not any(isinstance(e, ContextCompressed) for e in small.events)
     assert len(sent(small)) == len(long_session(25))
+
+
+def test_a_models_entry_governs_it_under_either_of_its_names() -> None:
+    for name in ("small", "p/small"):
+        body = msgspec.json.encode({"model": name, "messages": long_session(30)})
+        conversation, shape = WIRE.read_request(body)
+        req = CallRequest(call_id="c", session_id="s", provider="p", model="small",
+                          api_mode="chat_completions", shape=shape, body=conversation)
+        result = run(SETTINGS, SessionState("s"), req)
+        assert isinstance(result, Proceed)
+        # Its 16K window, not the 128K default: the session is compressed.
+        assert any(isinstance(e, ContextCompressed) for e in result.events), name
