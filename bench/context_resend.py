@@ -311,6 +311,7 @@ def memory_section(args: argparse.Namespace, messages: list[dict[str, Any]]) -> 
             url += "/chat/completions"
             time.sleep(1.0)
             rows: list[tuple[str, dict[str, float], int, dict[str, int]]] = []
+            quarters: list[tuple[int, float]] = []  # (sessions sent, RSS MB)
 
             def point(name: str) -> None:
                 time.sleep(0.5)
@@ -331,6 +332,7 @@ def memory_section(args: argparse.Namespace, messages: list[dict[str, Any]]) -> 
                 for low, high in itertools.pairwise(bounds):
                     firsts += send_all(client, url, first, range(low, high), args.parallel)
                     point(f"after the history in {high} sessions")
+                    quarters.append((high, rows[-1][1]["VmRSS"]))
                 resends = send_all(client, url, resend, range(args.sessions), args.parallel)
                 point("after one resend each")
             spills = tree_size(spill_dir)
@@ -345,6 +347,12 @@ def memory_section(args: argparse.Namespace, messages: list[dict[str, Any]]) -> 
         log(f"{name:34s} {status['VmRSS']:8.1f} {status['VmRSS'] - idle:+11.1f} "
             f"{status['VmHWM']:8.1f} {used / 2**20:11.2f}")
     live = rows[-1][1]["VmRSS"] - idle
+    if len(quarters) >= 2:
+        # Most of the growth comes with the first sessions (the allocator keeps what the
+        # first 7 MB bodies needed); the slope after them is what a session adds.
+        (n0, rss0), (n1, rss1) = quarters[0], quarters[-1]
+        log(f"RSS from the first quarter to all sessions: {rss1 - rss0:+.1f} MB for "
+            f"{n1 - n0} more sessions ({(rss1 - rss0) / (n1 - n0):+.2f} MB a session)")
     per = live / args.sessions
     # The target is for 100 sessions; fewer are scaled up (which overstates: the first
     # sessions also pay for what the daemon allocates once).
