@@ -350,9 +350,10 @@ def memory_section(args: argparse.Namespace, messages: list[dict[str, Any]]) -> 
     if len(quarters) >= 2:
         # Most of the growth comes with the first sessions (the allocator keeps what the
         # first 7 MB bodies needed); the slope after them is what a session adds.
-        (n0, rss0), (n1, rss1) = quarters[0], quarters[-1]
+        (sent0, rss0), (sent1, rss1) = quarters[0], quarters[-1]
         log(f"RSS from the first quarter to all sessions: {rss1 - rss0:+.1f} MB for "
-            f"{n1 - n0} more sessions ({(rss1 - rss0) / (n1 - n0):+.2f} MB a session)")
+            f"{sent1 - sent0} more sessions ({(rss1 - rss0) / (sent1 - sent0):+.2f} MB a "
+            "session)")
     per = live / args.sessions
     # The target is for 100 sessions; fewer are scaled up (which overstates: the first
     # sessions also pay for what the daemon allocates once).
