@@ -216,7 +216,7 @@ class SessionActor(GovernedActor):
         else:
             answer = AdmissionRefused(verdict.status, verdict.message, verdict.code,
                                       verdict.kind)
-        # The contents a RequestRecorded names go in the same append: a call is never
+        # The contents CallAdmitted's record names go in the same append: a call is never
         # recorded as sent with contents the log does not have.
         contents = (tuple(Content(key, data) for key, data in verdict.request.contents)
                     if isinstance(verdict, Admitted) else ())

@@ -235,7 +235,7 @@ def resend_section(args: argparse.Namespace, messages: list[dict[str, Any]]) -> 
                 read_t.append(b)
                 govern_t.append(c)
         log(f"resend events (each round): {checked}")
-        if isinstance(outcome, Pending) or checked != "1 RequestRecorded":
+        if isinstance(outcome, Pending) or checked != "none":
             log("  WARNING: the resend was not recognised as the governed history plus one "
                 "message: the figures below are not those of a resend")
         ratio = med([c / a for a, c in zip(decode_t, govern_t, strict=True) if a > 0])

@@ -1,10 +1,11 @@
 """``replay --session ID --call N``: the exact request a call sent upstream, and why.
 
 Rebuilt from the log alone. The session's stream holds, per governed call, a
-``RequestRecorded`` naming the request by content keys (the body's other fields, the
-system messages, and only the messages the call added to an earlier call's governed
-history); :func:`~sessionwarden.domain.transcript.sent_items` follows that chain back,
-the contents come from the log's ``contents`` table, and
+CallAdmitted whose ``request`` names what was sent by content keys (the body's other
+fields and the system messages when they changed, and only the messages the call added
+to an earlier call's governed history);
+:func:`~sessionwarden.domain.transcript.sent_items` follows that chain back, the
+contents come from the log's ``contents`` table, and
 :func:`~sessionwarden.domain.transcript.assemble_body` joins them into the body, byte for
 byte what went upstream. Next to it: the decisions recorded for the call in the same
 stream (spills, compression, summariser failures, history resets, the summariser's own
@@ -41,7 +42,6 @@ from sessionwarden.events import (
     Event,
     EventError,
     HistoryReset,
-    RequestRecorded,
     SummariserFailed,
     ToolResultSpilled,
 )
@@ -58,9 +58,12 @@ _DECISIONS = (ToolResultSpilled, ContextCompressed, SummariserFailed, HistoryRes
 
 def content_references(event: Event) -> Iterator[str]:
     """The content keys ``event`` refers to that the log must hold (for ``--verify``)."""
-    if isinstance(event, RequestRecorded) and event.stored:
-        withheld = set(event.withheld)
-        for key, _ in (event.fields, *event.system, *event.appended):
+    record = event.request if isinstance(event, CallAdmitted) else None
+    if record is not None and record.stored:
+        withheld = set(record.withheld)
+        refs = (*([record.fields] if record.fields else ()), *(record.system or ()),
+                *record.appended)
+        for key, _ in refs:
             if key not in withheld:
                 yield key
 
@@ -94,26 +97,28 @@ def rebuild(log: EventLog, session_id: str, call: str) -> SentRequest:
     events = _decoded(log, session_id)
     if not events:
         raise CommandError(printable(f"no session {session_id!r} in this log"))
-    records = {e.call_id: e for e in events if isinstance(e, RequestRecorded)}
+    records = {e.call_id: e.request for e in events
+               if isinstance(e, CallAdmitted) and e.request is not None}
     order = list(records)
     call_id = _resolve(session_id, call, order, {
         e.call_id for e in events if isinstance(e, CallAdmitted | CallRefused)})
     try:
-        system, history = sent_items(call_id, records.get)
+        fields_ref, items_key, system, history = sent_items(call_id, records.get)
     except BrokenChain as exc:
         raise CommandError(printable(f"cannot rebuild call {call_id}: {exc}")) from None
     record = records[call_id]
-    refs = [record.fields, *system, *history]
+    refs = [fields_ref, *system, *history]
     stored = log.read_contents(key for key, _ in refs)
     missing = list(dict.fromkeys(key for key, _ in refs if key not in stored))
-    withheld = [key for key in missing if key in record.withheld]
+    everywhere = {key for r in records.values() for key in r.withheld}
+    withheld = [key for key in missing if key in everywhere]
     items = [_content(stored, ref) for ref in (*system, *history)]
-    fields = stored.get(record.fields[0])
+    fields = stored.get(fields_ref[0])
     if fields is None:
-        fields = _json.encode({"fields_not_recorded": _ref_object(record.fields)})
+        fields = _json.encode({"fields_not_recorded": _ref_object(fields_ref)})
     sent = SentRequest(
         session_id=session_id, call_id=call_id, number=order.index(call_id) + 1,
-        calls=len(order), body=assemble_body(fields, record.items_key, items),
+        calls=len(order), body=assemble_body(fields, items_key, items),
         messages=len(items), missing=missing, recorded=record.stored, withheld=withheld,
     )
     for event in events:

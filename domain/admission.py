@@ -201,7 +201,7 @@ def verdict_events(state: SessionState, verdict: Admitted | Refused) -> list[Eve
             call_id=request.call_id, provider=request.provider, model=request.model,
             message_count=request.shape.message_count,
             estimated_tokens=request.estimated_tokens, stream=request.shape.stream,
-            purpose=request.purpose, parent_call=request.parent_call,
+            purpose=request.purpose, parent_call=request.parent_call, request=request.record,
         ))
     else:
         events.append(CallRefused(call_id=request.call_id, stage=verdict.stage,

@@ -17,7 +17,7 @@ from sessionwarden.domain.errors import UnknownCall, UsageRejected
 from sessionwarden.domain.ratelimits import RateLimitSnapshot, parse_rate_limits
 from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.usage import CanonicalUsage, normalise_usage, tokens_from_chars
-from sessionwarden.events import CallCompleted
+from sessionwarden.events import CallCompleted, RequestRecord
 
 __all__ = ["MAX_RAW_USAGE_CHARS", "CallOutcome", "CallRequest", "RequestShape", "complete_call"]
 
@@ -60,8 +60,9 @@ class CallRequest(msgspec.Struct, frozen=True):
     summariser) for the call ``parent_call``: admitted and metered, never governed.
 
     Set by the context stage: ``context`` (a ``domain.history.ContextUpdate``) is the
-    session's context state should the call be admitted; ``contents`` the new contents
-    its RequestRecorded refers to, ``(key, bytes)``, stored in the same append.
+    session's context state should the call be admitted; ``record`` what it sends, by
+    content keys (CallAdmitted's ``request``); ``contents`` the new contents the record
+    refers to, ``(key, bytes)``, stored in the same append.
     """
 
     call_id: str
@@ -76,6 +77,7 @@ class CallRequest(msgspec.Struct, frozen=True):
     parent_call: str = ""
     context: Any = None
     contents: tuple[tuple[str, bytes], ...] = ()
+    record: RequestRecord | None = None
 
     @property
     def estimated_tokens(self) -> int:

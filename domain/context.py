@@ -16,9 +16,10 @@ GovernedHistory`. For each call, in order:
    trigger, or when the control API asked: phases 1, 2 and 4 (``domain.prune``,
    ``domain.boundaries``) around a summary of the middle (``domain.summary``'s builtin
    summariser, or a model's through :mod:`sessionwarden.domain.compaction`).
-4. **Record**: :class:`~sessionwarden.events.RequestRecorded` names by content key what
-   is sent (the new contents go to the store in the same append), and the request goes
-   on with the governed items and the estimate of what is sent.
+4. **Record**: a :class:`~sessionwarden.events.RequestRecord` (CallAdmitted's
+   ``request``) names by content key what is sent (the new contents go to the store in
+   the same append), and the request goes on with the governed items and the estimate
+   of what is sent.
 
 The stage never mutates the session's state: the new governed history, guard and
 threshold travel with the admitted request (:class:`ContextUpdate`) and the session's
@@ -54,8 +55,8 @@ from sessionwarden.domain.spill_turns import (
     apply_spills,
     plan_spills,
 )
-from sessionwarden.domain.transcript import content_key
-from sessionwarden.events import Event, HistoryReset, RequestRecorded
+from sessionwarden.domain.transcript import content_ref
+from sessionwarden.events import Event, HistoryReset, RequestRecord
 
 __all__ = ["ContextSettings", "govern"]
 
@@ -89,6 +90,7 @@ class _Call(NamedTuple):
     base: GovernedHistory
     kept: int
     events: list[Event]
+    system_refs: tuple[tuple[str, int], ...]
 
 
 def _leading_system(codec: ItemCodec, items: Sequence[bytes]) -> int:
@@ -133,8 +135,9 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
             return Refuse(400, f"messages[{position}]: {read}", code="invalid_request",
                           events=tuple(events))
         messages.append(read)
-    call = _Call(request, conversation, list(items[:leading]), rest, digests, base,
-                 len(base.items), events)
+    system = list(items[:leading])
+    call = _Call(request, conversation, system, rest, digests, base, len(base.items), events,
+                 tuple(content_ref(raw) for raw in system))
     model = settings.config.model_for(request.provider, request.model)
     limits = resolve_limits(settings.config.tools,
                             model.context_length if model else None,
@@ -175,60 +178,71 @@ def _extend(settings: ContextSettings, state: SessionState, call: _Call,
     history = GovernedHistory(
         client=(*base.client, *call.digests[first:]), items=(*base.items, *new_items),
         call_id=base.call_id, tokens=base.tokens + sum(i.tokens for i in new_items),
-        compressed=base.compressed, summary=base.summary)
-    fixed = _fixed_tokens(call)
+        compressed=base.compressed, summary=base.summary, fields=base.fields,
+        system=base.system)
+    system_tokens = _system_tokens(call)
+    # What is not governed history: the fields (tool schemas, as JSON) and system items.
+    fixed = estimate_tokens(0, len(call.conversation.fields_bytes)) + system_tokens
 
     def done(history: GovernedHistory, kept: int, events: list[Event],
              update: ContextUpdate) -> StageResult:
-        return _record(settings, call, history, kept, events, update, fixed)
+        return _record(settings, call, history, kept, events, update, fixed, system_tokens)
 
     return compress_step(settings.config, state, call.request, call.rest, codec, history,
                          call.kept, [*call.events, *spill_events], fixed, now, done)
 
 
-def _fixed_tokens(call: _Call) -> int:
-    """Tokens of what is not governed history: the fields (tool schemas) and system items."""
-    fields = len(call.conversation.fields_bytes)
+def _system_tokens(call: _Call) -> int:
+    """Tokens of the system items; the same items as the last call's are not read again."""
+    if call.system_refs == call.base.system:
+        return call.base.system_tokens
     system = 0
     for raw in call.system:
         read = call.conversation.codec.read_item(raw)
         if not isinstance(read, str):
             system += tokens_of(read)
-    return estimate_tokens(0, fields) + system
+    return system
 
 
 def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, kept: int,
-            events: list[Event], update: ContextUpdate, fixed: int) -> StageResult:
+            events: list[Event], update: ContextUpdate, fixed: int, system_tokens: int
+            ) -> StageResult:
+    """The request to forward, and its record (CallAdmitted's) with its new contents."""
     request = call.request
     sent = history.forwarded(call.rest)
     fields = call.conversation.fields_bytes
-    appended = history.items[kept:]
-    record = RequestRecorded(
-        call_id=request.call_id, fields=(content_key(fields), len(fields)),
+    fields_ref = content_ref(fields)
+    system_refs = call.system_refs
+    # Most calls send the fields and system messages of the call before: named once.
+    same_base = kept > 0
+    record = RequestRecord(
+        fields=None if same_base and fields_ref == history.fields else fields_ref,
         items_key=call.conversation.codec.items_key,
-        system=tuple((content_key(raw), len(raw)) for raw in call.system),
-        base=history.call_id if kept else "", kept=kept,
-        appended=tuple((item.digest.hex(), item.size) for item in appended),
+        system=None if same_base and system_refs == history.system else system_refs,
+        base=history.call_id if same_base else "", kept=kept,
+        appended=tuple((item.digest.hex(), item.size) for item in history.items[kept:]),
         stored=settings.record_messages,
     )
     contents: tuple[tuple[str, bytes], ...] = ()
     if settings.record_messages:
-        candidates = (
-            (record.fields[0], fields),
-            *((ref[0], raw) for ref, raw in zip(record.system, call.system, strict=True)),
-            *((ref[0], raw) for ref, raw in
-              zip(record.appended, sent[kept:], strict=True)),
-        )
+        candidates = [(ref[0], raw) for ref, raw in zip(record.appended, sent[kept:],
+                                                         strict=True)]
+        if record.system is not None:
+            candidates[:0] = [(ref[0], raw) for ref, raw in zip(system_refs, call.system,
+                                                                strict=True)]
+        if record.fields is not None:
+            candidates.insert(0, (fields_ref[0], fields))
         contents = tuple(c for c in candidates if not settings.holds_secret(c[1]))
         if len(contents) < len(candidates):
             kept_keys = {key for key, _ in contents}
             record = msgspec.structs.replace(record, withheld=tuple(dict.fromkeys(
                 key for key, _ in candidates if key not in kept_keys)))
-    history = history._replace(call_id=request.call_id)
+    history = history._replace(call_id=request.call_id, fields=fields_ref, system=system_refs,
+                               system_tokens=system_tokens)
     update = update._replace(history=history)
     shape = msgspec.structs.replace(request.shape, prompt_tokens=fixed + history.tokens,
                                     message_count=len(call.system) + len(sent))
     governed = msgspec.structs.replace(
         request, shape=shape, body=call.conversation.with_items([*call.system, *sent]),
-        context=update, contents=contents)
-    return Proceed(governed, (*events, record))
+        context=update, contents=contents, record=record)
+    return Proceed(governed, tuple(events))

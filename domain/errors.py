@@ -53,4 +53,4 @@ class UnknownCall(DomainError):
 
 
 class BrokenChain(DomainError):
-    """A RequestRecorded refers to a call whose own record is missing or too short."""
+    """A recorded request refers to a call whose own record is missing or too short."""

@@ -67,6 +67,9 @@ class GovernedHistory(NamedTuple):
         compressed: how many compressions it went through.
         summary: the last summary (the builtin's structure or a model's text), to be
             updated at the next compression.
+        fields, system: the content refs of the fields and system messages that call
+            sent (a record names them again only when they change); ``system_tokens``
+            their estimate (not read again while they stay the same).
     """
 
     client: tuple[bytes, ...] = ()
@@ -75,6 +78,9 @@ class GovernedHistory(NamedTuple):
     tokens: int = 0
     compressed: int = 0
     summary: object = None
+    fields: tuple[str, int] | None = None
+    system: tuple[tuple[str, int], ...] | None = None
+    system_tokens: int = 0
 
     def forwarded(self, client_items: Sequence[bytes]) -> list[bytes]:
         """The bytes of each item, the unchanged ones taken from ``client_items``."""

@@ -7,18 +7,20 @@ upstream body is :func:`assemble_body` of the two — plain concatenation, so th
 never re-encodes a long history and replay rebuilds the body byte for byte.
 
 Each distinct piece of content is stored once, under :func:`content_key`; a call's
-:class:`~sessionwarden.events.RequestRecorded` lists keys, and only the keys it added to
-the governed history of an earlier call (``base`` / ``kept``): :func:`sent_items`
-follows that chain back.
+:class:`~sessionwarden.events.RequestRecord` (in its CallAdmitted) lists keys, and only
+the keys it added to the governed history of an earlier call (``base`` / ``kept``), and
+its fields and system messages only when they changed: :func:`sent_items` follows that
+chain back.
 """
 
 import hashlib
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from sessionwarden.domain.errors import BrokenChain
-from sessionwarden.events import ContentRef, RequestRecorded
+from sessionwarden.events import ContentRef, RequestRecord
 
-__all__ = ["assemble_body", "content_key", "content_ref", "sent_items"]
+__all__ = ["SentItems", "assemble_body", "content_key", "content_ref", "sent_items"]
 
 
 def content_key(data: bytes) -> str:
@@ -49,35 +51,48 @@ def assemble_body(fields: bytes, items_key: str, items: Sequence[bytes]) -> byte
     return head + b"," + rest[1:]
 
 
-def sent_items(call_id: str, find: Callable[[str], RequestRecorded | None]
-               ) -> tuple[tuple[ContentRef, ...], tuple[ContentRef, ...]]:
-    """The system messages and the governed history ``call_id`` sent, as content refs.
+class SentItems(NamedTuple):
+    """What a call sent, as content refs: its fields, system messages and history."""
 
-    ``find`` returns a call's RequestRecorded (None if it has none).
+    fields: ContentRef
+    items_key: str
+    system: tuple[ContentRef, ...]
+    history: tuple[ContentRef, ...]
+
+
+def sent_items(call_id: str, find: Callable[[str], RequestRecord | None]) -> SentItems:
+    """The fields, system messages and governed history ``call_id`` sent, as content refs.
+
+    ``find`` returns a call's :class:`~sessionwarden.events.RequestRecord` (None if it
+    has none). Fields and system messages a record leaves out (None) are its base's.
 
     Raises:
         BrokenChain: a record, or a base it names, is missing, or a base is shorter than
-            what a later call kept of it.
+            what a later call kept of it, or no record in the chain names the fields.
     """
     record = find(call_id)
     if record is None:
         raise BrokenChain(f"call {call_id} has no recorded request")
-    chain = [record]
+    chain = [(call_id, record)]
     seen = {call_id}
-    while chain[-1].base:
-        base = chain[-1].base
+    while chain[-1][1].base:
+        base = chain[-1][1].base
         if base in seen:
             raise BrokenChain(f"call {base}'s recorded request refers back to itself")
         seen.add(base)
         found = find(base)
         if found is None:
             raise BrokenChain(f"call {base} has no recorded request")
-        chain.append(found)
+        chain.append((base, found))
+    fields = next((r.fields for _, r in chain if r.fields is not None), None)
+    system = next((r.system for _, r in chain if r.system is not None), ())
+    if fields is None:
+        raise BrokenChain(f"call {call_id}'s recorded request names no fields")
     history: list[ContentRef] = []
-    for step in reversed(chain):
+    for step_id, step in reversed(chain):
         if step.kept > len(history):
-            raise BrokenChain(f"call {step.call_id} keeps {step.kept} messages of a "
+            raise BrokenChain(f"call {step_id} keeps {step.kept} messages of a "
                               f"history of {len(history)}")
         del history[step.kept:]
         history.extend(step.appended)
-    return record.system, tuple(history)
+    return SentItems(fields, record.items_key, system, tuple(history))

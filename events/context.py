@@ -1,11 +1,12 @@
 """Events of context governance: what the daemon did to a session's history, and why.
 
-Stream ``session-<id>``, between a call's CallAdmitted's predecessors: the events of a
-call's governance are appended in the same atomic append as its CallAdmitted (they are
-decided by the same admission), so a call that was sent has its decisions recorded.
+Stream ``session-<id>``: the events of a call's governance are appended in the same
+atomic append as its CallAdmitted, before it (they are decided by the same admission),
+so a call that was sent has its decisions recorded.
 
-- :class:`RequestRecorded` says exactly what went upstream, by content keys (the
-  content itself is stored once, content-addressed, in the same transaction);
+- :class:`RequestRecord` (a field of CallAdmitted, not an event) says exactly what
+  went upstream, by content keys (the content itself is stored once,
+  content-addressed, in the same transaction);
 - :class:`ToolResultSpilled` a tool result replaced by a preview (or, when the spill
   file could not be written, truncated inline);
 - :class:`HistoryReset` a resent history that no longer matched the governed one;
@@ -20,6 +21,7 @@ hex characters); a message is referred to as ``(key, size in bytes)``.
 
 from typing import ClassVar
 
+import msgspec
 from sessionwarden.events.base import Event
 
 __all__ = [
@@ -28,7 +30,7 @@ __all__ = [
     "ContentRef",
     "ContextCompressed",
     "HistoryReset",
-    "RequestRecorded",
+    "RequestRecord",
     "SummariserFailed",
     "ToolResultSpilled",
 ]
@@ -37,27 +39,25 @@ __all__ = [
 ContentRef = tuple[str, int]
 
 
-class RequestRecorded(Event, frozen=True):
-    """The request a call sent upstream, rebuilt from content keys.
+class RequestRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The request a call sent upstream, by content keys (a field of CallAdmitted).
 
     The forwarded body is ``fields`` (a JSON object: every field but the conversation)
-    with ``items_key`` (``"messages"``) set to the system messages of this request, then
-    the governed history: the first ``kept`` governed messages of the call ``base`` (its
-    own RequestRecorded, recursively) followed by ``appended``. Between two compressions
-    the governed history only grows, so each call records only what it added: the log
-    grows with the session's distinct content, not with its square. ``base`` is ``""``
-    for a call whose governed history starts afresh (the first, after a reset, after a
-    compression). ``stored`` is False when message recording is off: then only keys and
-    sizes are known. ``withheld`` lists the keys of contents not stored because they
-    held an API key the daemon uses (the log never stores one).
+    with ``items_key`` (``"messages"``) set to the system messages of the request, then
+    the governed history: the first ``kept`` governed messages of the call ``base``
+    (its own record, recursively) followed by ``appended``. Between two compressions the
+    governed history only grows, so each call records only what it added: the log grows
+    with the session's distinct content, not with its square. ``base`` is ``""`` for a
+    call whose governed history starts afresh (the first, after a reset, after a
+    compression). ``fields`` / ``system`` None: the same as ``base``'s (most calls).
+    ``stored`` is False when message recording is off: then only keys and sizes are
+    known. ``withheld`` lists the keys of contents not stored because they held an API
+    key the daemon uses (the log never stores one).
     """
 
-    TAG: ClassVar[str] = "session.request_recorded.v1"
-
-    call_id: str
-    fields: ContentRef
+    fields: ContentRef | None = None
     items_key: str = "messages"
-    system: tuple[ContentRef, ...] = ()
+    system: tuple[ContentRef, ...] | None = None
     base: str = ""
     kept: int = 0
     appended: tuple[ContentRef, ...] = ()

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from sessionwarden.events.base import Event
 from sessionwarden.events.codec import Upcaster
+from sessionwarden.events.context import RequestRecord
 
 __all__ = [
     "OUTCOMES",
@@ -60,7 +61,8 @@ class CallAdmitted(Event, frozen=True):
     usage. ``purpose`` is ``""`` for a client's call and ``"summary"`` for a side call the
     daemon made itself (the model summariser) for the call ``parent_call``: metered in the
     ledger like any call, but not governed. Version 2 dropped ``session_id`` (the stream
-    names it) and the in-payload tag; version 3 added ``purpose`` and ``parent_call``.
+    names it) and the in-payload tag; version 3 added ``purpose``, ``parent_call`` and
+    ``request``: what was sent upstream, by content keys (``events.context``).
     """
 
     TAG: ClassVar[str] = "session.call_admitted.v3"
@@ -73,6 +75,7 @@ class CallAdmitted(Event, frozen=True):
     stream: bool = False
     purpose: str = ""
     parent_call: str = ""
+    request: RequestRecord | None = None
 
 
 class CallRefused(Event, frozen=True):

@@ -18,7 +18,6 @@ from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
     CallRefused,
-    RequestRecorded,
     SessionStarted,
 )
 
@@ -28,18 +27,17 @@ from tests.support.fake_provider import FakeProviderServer
 
 MESSAGES: list[Any] = [{"role": "user", "content": "hello"}]
 ADMITTED, COMPLETED = CallAdmitted.type_tag(), CallCompleted.type_tag()
-RECORDED = RequestRecorded.type_tag()
 
 
-def test_a_plain_call_is_three_events_what_was_sent_admitted_completed(
+def test_a_plain_call_is_two_events_admitted_with_what_was_sent_then_completed(
     inprocess: InProcessDaemon, fake: FakeProviderServer
 ) -> None:
     with inprocess.openai(session="two") as client:
         for _ in range(3):
             client.chat.completions.create(model=MODEL, messages=MESSAGES)
     assert inprocess.types("session-two") == [
-        SessionStarted.type_tag(), RECORDED, ADMITTED, COMPLETED, RECORDED, ADMITTED,
-        COMPLETED, RECORDED, ADMITTED, COMPLETED]
+        SessionStarted.type_tag(), ADMITTED, COMPLETED, ADMITTED, COMPLETED, ADMITTED,
+        COMPLETED]
     # No lease events, no separate usage stream.
     kinds = {t for (t,) in inprocess.rows("SELECT DISTINCT type FROM events")}
     assert not any("lease" in k or k.startswith("usage.") for k in kinds)

@@ -20,7 +20,7 @@ from sessionwarden.events import (
     CallRefused,
     ContextCompressed,
     HistoryReset,
-    RequestRecorded,
+    RequestRecord,
     SummariserFailed,
     ToolResultSpilled,
 )
@@ -273,8 +273,9 @@ def test_a_broken_chain_is_one_line_and_exit_1(
 ) -> None:
     db = tmp_path / "events.db"
     with EventLog(db) as log:
-        orphan = RequestRecorded(call_id="b2", fields=content_ref(FIELDS), base="b1", kept=1,
-                                 appended=(content_ref(msg("user", "x")),))
+        orphan = CallAdmitted(call_id="b2", provider="p1", model="m1", request=RequestRecord(
+            fields=content_ref(FIELDS), base="b1", kept=1,
+            appended=(content_ref(msg("user", "x")),)))
         log.append(session_stream("s4"), [new_event(orphan)])
         log.append(session_stream("s4"), [new_event(HistoryReset(call_id="b2",
                                                                   reason="edited"))])

@@ -21,7 +21,6 @@ from sessionwarden.events import (
     CompactionSkipped,
     ContextCompressed,
     HistoryReset,
-    RequestRecorded,
     ToolResultSpilled,
 )
 
@@ -358,7 +357,8 @@ def test_a_message_holding_one_of_our_keys_is_sent_but_never_stored(
     with daemon.openai(session="leaky") as client:
         client.chat.completions.create(model=MODEL, messages=leaky)  # type: ignore[arg-type]
     assert key in upstream(fake)[0].body["messages"][-1]["content"]  # the client's own text
-    [record] = [e for e in events_of(daemon, "leaky") if isinstance(e, RequestRecorded)]
+    [record] = [e.request for e in events_of(daemon, "leaky") if isinstance(e, CallAdmitted)]
+    assert record is not None
     assert len(record.withheld) == 1
     stored = daemon.runtime.log.read_contents(k for k, _ in record.appended)
     assert record.withheld[0] not in stored and len(stored) == len(record.appended) - 1

@@ -32,9 +32,10 @@ _CONFIG = re.compile(r"^its config: (\S+) ", re.MULTILINE)
 #: The demo's calls: 4 short steps, then the long session's 10 (run_tests, the call that
 #: sends its spilled result, 8 read_file turns until the 12,750-token threshold).
 _CALLS = 14
-#: Its log: SessionStarted, per call RequestRecorded + CallAdmitted + CallCompleted, one
-#: ToolResultSpilled, one ContextCompressed, and the checkpoint of the clean stop.
-_EVENTS = 1 + 3 * _CALLS + 1 + 1 + 1
+#: Its log: SessionStarted, per call CallAdmitted (with its request record) +
+#: CallCompleted, one ToolResultSpilled, one ContextCompressed, and the checkpoint of the
+#: clean stop.
+_EVENTS = 1 + 2 * _CALLS + 1 + 1 + 1
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

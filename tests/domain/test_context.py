@@ -16,7 +16,6 @@ from sessionwarden.events import (
     CallCompleted,
     ContextCompressed,
     HistoryReset,
-    RequestRecorded,
     SummariserFailed,
     ToolResultSpilled,
 )
@@ -74,7 +73,8 @@ def test_a_first_call_is_forwarded_as_sent_and_recorded() -> None:
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
     result = admit(SessionState("s"), run(SETTINGS, SessionState("s"), request(messages)))
     assert sent(result) == messages
-    [record] = [e for e in result.events if isinstance(e, RequestRecorded)]
+    record = result.request.record
+    assert record is not None and record.fields is not None and record.system is not None
     assert (record.base, record.kept, len(record.system), len(record.appended)) == ("", 0, 1, 1)
     assert {key for key, _ in result.request.contents} == {
         record.fields[0], record.system[0][0], record.appended[0][0]}
@@ -87,8 +87,12 @@ def test_a_resend_records_only_what_it_added_to_the_previous_call() -> None:
     admit(state, run(SETTINGS, state, request(first, "c1")))
     second = [*first, {"role": "assistant", "content": "yo"}, {"role": "user", "content": "?"}]
     result = admit(state, run(SETTINGS, state, request(second, "c2")))
-    [record] = [e for e in result.events if isinstance(e, RequestRecorded)]
+    record = result.request.record
+    assert record is not None
     assert (record.base, record.kept, len(record.appended)) == ("c1", 1, 2)
+    # The same fields and (no) system messages as c1's: not named again, not stored again.
+    assert record.fields is None and record.system is None
+    assert len(result.request.contents) == 2
     assert sent(result) == second
 
 
@@ -187,3 +191,18 @@ def test_a_models_entry_governs_it_under_either_of_its_names() -> None:
         assert isinstance(result, Proceed)
         # Its 16K window, not the 128K default: the session is compressed.
         assert any(isinstance(e, ContextCompressed) for e in result.events), name
+
+
+def test_the_system_messages_count_in_the_estimate_and_are_read_again_when_changed() -> None:
+    state = SessionState("s")
+    chat = [{"role": "user", "content": "hi"}]
+    short = [{"role": "system", "content": "be brief"}]
+    long = [{"role": "system", "content": "be brief " * 400}]
+    one = admit(state, run(SETTINGS, state, request([*short, *chat], "c1")))
+    two = admit(state, run(SETTINGS, state, request([*short, *chat, *chat], "c2")))
+    # The same system message: its estimate carried over, not lost.
+    assert two.request.shape.prompt_tokens > one.request.shape.prompt_tokens
+    three = admit(state, run(SETTINGS, state, request([*long, *chat, *chat, *chat], "c3")))
+    assert three.request.shape.prompt_tokens > two.request.shape.prompt_tokens + 700
+    record = three.request.record
+    assert record is not None and record.system is not None and record.fields is None

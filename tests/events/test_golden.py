@@ -31,7 +31,7 @@ from sessionwarden.events import (
     HistoryReset,
     RateLimitBucketSeen,
     RateLimitsObserved,
-    RequestRecorded,
+    RequestRecord,
     SessionStarted,
     SummariserFailed,
     ToolResultSpilled,
@@ -64,7 +64,10 @@ EXPECTED: dict[str, Event] = {
     "session.call_admitted.v3": CallAdmitted(
         call_id="c3vd2xk7m4qa5bdh", provider="openai", model="gpt-4.1-mini",
         message_count=3, estimated_tokens=4100, stream=True, purpose="summary",
-        parent_call="c3vd2xk7m4qa5bdg",
+        parent_call="c3vd2xk7m4qa5bdg", request=RequestRecord(
+            fields=("0f" * 16, 61), items_key="input", system=(("1a" * 16, 120),),
+            base="c3vd2xk7m4qa5bdf", kept=40, appended=(("2b" * 16, 310), ("3c" * 16, 1502)),
+            stored=False, withheld=("3c" * 16,)),
     ),
     "session.call_refused.v1": CallRefused(
         call_id="c3vd2xk7m4qa5bdf", stage="validation", status=400,
@@ -76,12 +79,6 @@ EXPECTED: dict[str, Event] = {
         cache_write_tokens=64, reasoning_tokens=120, source="estimated",
         flags=("rejected:prompt_tokens",), raw_usage='{"prompt_tokens":-1}',
         retry_after_seconds=12.5, error="rate limited", cost="0.0123", cost_status="actual",
-    ),
-    "session.request_recorded.v1": RequestRecorded(
-        call_id="c3vd2xk7m4qa5bdg", fields=("0f" * 16, 61), items_key="input",
-        system=(("1a" * 16, 120),), base="c3vd2xk7m4qa5bdf", kept=40,
-        appended=(("2b" * 16, 310), ("3c" * 16, 1502)), stored=False,
-        withheld=("3c" * 16,),
     ),
     "context.tool_result_spilled.v1": ToolResultSpilled(
         call_id="c3vd2xk7m4qa5bdg", message=41, tool="terminal", reason="turn",

@@ -1,7 +1,7 @@
 """The log grows with a session's distinct content, not with the square of its history.
 
 A 200-call session whose history grows to about 1 MB is recorded as the daemon records
-it: each call's RequestRecorded names only the messages it added to the previous call's
+it: each call's request record names only the messages it added to the previous call's
 governed history, with those contents in the same append. The database file must grow
 by well under twice the distinct content (the issue's bound), with or without help from
 compression.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from sessionwarden.domain.transcript import content_key, sent_items
-from sessionwarden.events import CODEC, RequestRecorded
+from sessionwarden.events import CODEC, CallAdmitted
 from sessionwarden.store import EventLog
 
 from tests.support.recorded import RecordedSession
@@ -72,14 +72,15 @@ def test_a_200_call_session_costs_well_under_twice_its_distinct_content(
                            *session.history[-10:]]
             session.call(f"c{n:03d}", new, restart=restart)
         records = {
-            r.call_id: r for r in (
+            r.call_id: r.request for r in (
                 CODEC.decode(e.type, e.data) for e in log.read_stream("session-s1"))
-            if isinstance(r, RequestRecorded)}
+            if isinstance(r, CallAdmitted) and r.request is not None}
         # every distinct content sent, including the messages compressed away
         distinct = dict(
-            ref for r in records.values() for ref in (r.fields, *r.system, *r.appended))
+            ref for r in records.values()
+            for ref in (*([r.fields] if r.fields else []), *(r.system or ()), *r.appended))
         # the last call's history rebuilds from the chain, and is what was sent
-        _, history = sent_items(session.last_call, records.get)
+        history = sent_items(session.last_call, records.get).history
         assert [k for k, _ in history] == [content_key(m) for m in session.history]
     assert sum(len(m) for m in session.history) > 0.8 * HISTORY_BYTES
     growth = db.stat().st_size - empty

@@ -1,8 +1,8 @@
 """A governed session recorded straight through EventLog, as the daemon records one.
 
-:class:`RecordedSession` appends each call's CallAdmitted, RequestRecorded (content keys,
-with ``base``/``kept``/``appended`` as the context stage writes them), its decisions and
-its CallCompleted, with the contents in the same atomic append, and keeps the body each
+:class:`RecordedSession` appends each call's decisions, its CallAdmitted with its request
+record (content keys, with ``base``/``kept``/``appended`` as the context stage writes
+them) and its CallCompleted, with the contents in the same atomic append, and keeps the body each
 call sent so a test can compare what ``replay --session`` rebuilds with it.
 """
 
@@ -16,7 +16,7 @@ from sessionwarden.events import (
     CallCompleted,
     ContentRef,
     Event,
-    RequestRecorded,
+    RequestRecord,
     SessionStarted,
 )
 from sessionwarden.store import Content, EventLog, NewEvent, StreamAppend, content_key
@@ -69,10 +69,11 @@ class RecordedSession:
         else:
             base, kept, appended = self.last_call, len(self.history), list(new)
         self.history.extend(new)
-        record = RequestRecorded(
-            call_id=call_id,
-            fields=content_ref(self.fields),
-            system=(content_ref(self.system),),
+        # Fields and system messages are named again only when a record starts afresh,
+        # as the context stage does when they did not change.
+        record = RequestRecord(
+            fields=None if base else content_ref(self.fields),
+            system=None if base else (content_ref(self.system),),
             base=base,
             kept=kept,
             appended=tuple(content_ref(m) for m in appended),
@@ -84,10 +85,9 @@ class RecordedSession:
                 Content(content_key(d), d) for d in (self.fields, self.system, *appended))
         admitted = [
             *([SessionStarted(model=f"p1/{model}")] if not self.calls else []),
-            CallAdmitted(call_id=call_id, provider="p1", model=model,
-                         message_count=len(self.history) + 1),
             *decisions,
-            record,
+            CallAdmitted(call_id=call_id, provider="p1", model=model,
+                         message_count=len(self.history) + 1, request=record),
         ]
         stream = session_stream(self.session_id)
         # Two appends, as the daemon makes them: the admission (with the request and its
