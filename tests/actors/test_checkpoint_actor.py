@@ -200,6 +200,7 @@ def _append_with_a_lingering_reader(log: EventLog, n: int) -> tuple[int, int, in
     return max(largest, end), end, reads[0]
 
 
+@pytest.mark.slow  # about 18 s of appends against a lingering reader
 def test_wal_stays_bounded_while_a_reader_lingers(logs: Logs) -> None:
     # Measured here: 1.4-8.6 MiB at most with the actor, ~73 MiB without. The bound has
     # headroom because one TRUNCATE may wait up to its 500 ms busy timeout for the writer

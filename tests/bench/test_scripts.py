@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+#: The scripts run for seconds each: they are checked with the slow set (``.ci/run``), not
+#: in the default run, which stays about product behaviour.
+pytestmark = pytest.mark.slow
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
