@@ -61,7 +61,9 @@ Decisions (the issue is silent on them):
 """
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from itertools import accumulate
 
 import msgspec
 from sessionwarden.domain import prune_lines
@@ -152,24 +154,34 @@ def bound(summary: Summary, max_chars: int) -> Summary:
     the pending asks are never cut (module doc).
     """
     limit = max(max_chars, MIN_MAX_CHARS)
-    sections = {field: list(getattr(summary, field)) for field, _ in SECTIONS}
+    sections = {field: getattr(summary, field) for field, _ in SECTIONS}
     headings = dict(SECTIONS)
     sizes = {field: _section_chars(headings[field], sections[field]) for field in sections}
     total = len(HEADER) + sum(sizes.values())
-    cut = False
+    if total <= limit:
+        return summary
+    first = dict.fromkeys(sections, 0)  # the oldest line still kept, per section
+    order = [field for field, _ in SECTIONS if field not in _KEPT]
     while total > limit:
-        candidates = [field for field, _ in SECTIONS if field not in _KEPT and sections[field]]
+        candidates = [field for field in order if first[field] < len(sections[field])]
         if not candidates:
             break
         field = max(candidates, key=lambda name: sizes[name])  # first of equals: stable
-        sections[field].pop(0)
-        total -= sizes[field]
-        sizes[field] = _section_chars(headings[field], sections[field])
-        total += sizes[field]
-        cut = True
-    if not cut:
-        return summary
-    return Summary(**{field: tuple(lines) for field, lines in sections.items()})
+        # It stays the one cut while it is longer than every other candidate (or as long
+        # as one that comes after it): cut its lines in a row, the others do not change.
+        rivals = [sizes[name] + (order.index(name) < order.index(field))
+                  for name in candidates if name != field]
+        beat = max(rivals, default=-1)  # it must stay >= beat to be cut again
+        lines = sections[field]
+        while total > limit and first[field] < len(lines) and sizes[field] >= beat:
+            total -= len(lines[first[field]]) + 3
+            sizes[field] -= len(lines[first[field]]) + 3
+            first[field] += 1
+            if first[field] == len(lines):  # the heading goes with the last line
+                total -= sizes[field]
+                sizes[field] = 0
+    return Summary(**{field: tuple(lines[first[field]:]) if field in first else lines
+                      for field, lines in sections.items()})
 
 
 # ------------------------------------------------------------------------ heuristics
@@ -195,6 +207,10 @@ _PATH = re.compile(
 _PATH_KEYS = ("path", "file_path", "filename", "file", "target_file", "paths", "files",
               "filepath", "output_path", "source", "destination")
 _decode = msgspec.json.Decoder().decode
+#: Where ``_EXIT`` and ``_ERROR`` can match: at one of these, case-insensitively.
+_WORDS = ("exit", "error", "traceback", "exception", "failed", "fatal")
+#: What ``str.splitlines`` splits on.
+_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 def _text(parts: Iterable[object]) -> str:
@@ -228,12 +244,56 @@ def _text_paths(text: str) -> list[str]:
 
 
 def _failure(text: str) -> str:
-    """The first line of ``text`` saying the tool failed, or ``""``."""
-    for line in text.splitlines():
-        found = _EXIT.search(line)
-        if (found and found.group(1).lstrip("-") != "0") or _ERROR.search(line):
-            return prune_lines.clip(line, LINE_CHARS)
-    return ""
+    """The first line of ``text`` saying the tool failed, or ``""``.
+
+    A line fails when its first ``exit`` match gives a non-zero code or a failure word
+    is in it. Both patterns start with one of :data:`_WORDS`, so they are tried only
+    where the folded text has one (``prune_lines.fold``): an output of 100,000
+    characters costs a few substring searches, not two regex scans of every line.
+    """
+    low = prune_lines.fold(text)
+    found = {word: low.find(word) for word in _WORDS}  # the next of each, -1: no more
+    nearest = min((at for at in found.values() if at >= 0), default=-1)
+    if nearest < 0:
+        return ""
+    lines = text.splitlines(keepends=True)
+    ends = list(accumulate(map(len, lines)))
+    index = bisect_right(ends, nearest)
+    while True:
+        line = lines[index]
+        end = ends[index]
+        body = len(line) - (2 if line.endswith("\r\n") else 1 if line[-1] in _BREAKS else 0)
+        if _fails(text, low, found, end - len(line) + body):
+            return prune_lines.clip(line if body == len(line) else line[:body], LINE_CHARS)
+        for word, at in found.items():  # past this line
+            if 0 <= at < end:
+                found[word] = low.find(word, end)
+        nearest = min((at for at in found.values() if at >= 0), default=-1)
+        if nearest < 0:
+            return ""
+        index = bisect_right(ends, nearest, index + 1)
+
+
+def _fails(text: str, low: str, found: dict[str, int], end: int) -> bool:
+    """Whether the line ending at ``end`` fails, as ``_failure`` reads a line.
+
+    ``found`` holds the next position of each word, none of them before the line.
+    """
+    at = found["exit"]
+    while 0 <= at < end:
+        match = _EXIT.match(text, at, end)  # the first match is what a search finds
+        if match:
+            if match.group(1).lstrip("-") != "0":
+                return True
+            break
+        at = found["exit"] = low.find("exit", at + 1)
+    for word in _WORDS[1:]:
+        at = found[word]
+        while 0 <= at < end:
+            if _ERROR.match(text, at, end):
+                return True
+            at = found[word] = low.find(word, at + 1)
+    return False
 
 
 class _Builder:

@@ -337,3 +337,25 @@ def test_truncated_arguments_are_json_shorter_and_stable(value: Any, arguments_c
             assert len(cut) < len(arguments)
         assert truncate_arguments(cut, limits) == cut
     assert len("…[999999999 chars cut]") <= CUT_SLACK_CHARS
+
+
+def test_summaries_of_json_envelopes_count_the_lines_of_their_main_text() -> None:
+    # Hermes-style tool results: the whole output inside one JSON object, on one line.
+    read = json.dumps({"content": "     1|a\n     2|b\n     3|c\n", "total_lines": 3})
+    assert summary("read_file", '{"path": "a.py"}', read) == (
+        f"[read_file] a.py → 3 lines, {len(read)} chars")
+    term = json.dumps({"output": "x\ny\n", "exit_code": 2, "error": None})
+    assert summary("terminal", '{"command": "make"}', term) == (
+        "[terminal] $ make → exit 2, 2 lines of output")
+    both = json.dumps({"stdout": "1\n2\n3\n4", "content": "one line"})
+    assert summary("lookup", "{}", both).endswith("→ 4 lines, " + f"{len(both)} chars")
+    found = json.dumps({"total_count": 2, "matches": [{"path": "a.py"}, {"path": "b.py"}]})
+    assert summary("search_files", '{"pattern": "x"}', found) == "[search_files] 'x' in . → 2 lines"
+    edited = json.dumps({"output": "\n  Applied 1 hunk\nok"})
+    assert summary("patch", '{"path": "a.py"}', edited) == "[patch] a.py → Applied 1 hunk"
+    # Not an envelope: counted as text (a JSON list, an object without a text field,
+    # broken JSON, a non-string main field).
+    for text in ('[1,\n2]', '{"bytes_written": 5,\n"x": 1}', '{"output": "a\\nb",\n]',
+                 '{"output": 3,\n"content": null}'):
+        lines = text.count("\n") + 1
+        assert summary("lookup", "{}", text).startswith(f"[lookup] → {lines} lines")
