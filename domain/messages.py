@@ -200,7 +200,8 @@ def _part_chars(part: Part) -> int:
     if isinstance(part, ToolCall):
         return len(part.arguments)
     if isinstance(part, ToolResult):
-        return sum(_part_chars(inner) for inner in part.parts)
+        return sum(len(inner.text) if isinstance(inner, Text) else inner.chars
+                   for inner in part.parts)
     return part.chars
 
 
@@ -215,40 +216,64 @@ def text_chars(message: Message) -> int:
 
 def history_chars(history: Iterable[Message]) -> int:
     """:func:`text_chars` summed over a history."""
-    return sum(text_chars(message) for message in history)
+    total = 0
+    for message in history:  # _part_chars inlined: a compression counts every part
+        for part in message.parts:
+            if isinstance(part, Text):
+                total += len(part.text)
+            elif isinstance(part, ToolResult):
+                for inner in part.parts:
+                    total += len(inner.text) if isinstance(inner, Text) else inner.chars
+            elif isinstance(part, ToolCall):
+                total += len(part.arguments)
+            else:
+                total += part.chars
+    return total
 
 
 def tool_calls(message: Message) -> tuple[ToolCall, ...]:
     """The tool calls in ``message``, in order."""
-    return tuple(part for part in message.parts if isinstance(part, ToolCall))
+    return tuple([part for part in message.parts if isinstance(part, ToolCall)])
 
 
 def tool_results(message: Message) -> tuple[ToolResult, ...]:
     """The tool results in ``message``, in order."""
-    return tuple(part for part in message.parts if isinstance(part, ToolResult))
+    return tuple([part for part in message.parts if isinstance(part, ToolResult)])
 
 
 def tool_pairs(history: Sequence[Message]) -> ToolPairing:
     """Match tool results to the calls they answer, by id, in order (module doc)."""
     calls: list[tuple[int, str]] = []
     open_calls: dict[str, list[int]] = {}  # call id -> positions in `calls`, oldest first
-    answered: set[int] = set()
+    answered: list[bool] = []
     pairs: list[tuple[int, int, str]] = []
     orphan_results: list[tuple[int, str]] = []
     for index, message in enumerate(history):
         # Results before calls within one message: a message answering its own call is
         # not a shape any wire produces, and reading it this way cannot invent a pair.
-        for result in tool_results(message):
-            waiting = open_calls.get(result.call_id)
-            if waiting:
-                position = waiting.pop(0)
-                answered.add(position)
-                pairs.append((calls[position][0], index, result.call_id))
-            else:
-                orphan_results.append((index, result.call_id))
-        for call in tool_calls(message):
-            open_calls.setdefault(call.id, []).append(len(calls))
-            calls.append((index, call.id))
-    orphan_calls = tuple(call for position, call in enumerate(calls)
-                         if position not in answered)
+        made: list[ToolCall] | None = None
+        for part in message.parts:
+            if isinstance(part, ToolResult):
+                waiting = open_calls.get(part.call_id)
+                if waiting:
+                    position = waiting.pop(0)
+                    answered[position] = True
+                    pairs.append((calls[position][0], index, part.call_id))
+                else:
+                    orphan_results.append((index, part.call_id))
+            elif isinstance(part, ToolCall):
+                if made is None:
+                    made = [part]
+                else:
+                    made.append(part)
+        if made is not None:
+            for call in made:
+                waiting = open_calls.get(call.id)
+                if waiting is None:
+                    open_calls[call.id] = [len(calls)]
+                else:
+                    waiting.append(len(calls))
+                calls.append((index, call.id))
+                answered.append(False)
+    orphan_calls = tuple(call for call, done in zip(calls, answered, strict=True) if not done)
     return ToolPairing(tuple(pairs), orphan_calls, tuple(orphan_results))
