@@ -233,7 +233,10 @@ def history_chars(history: Iterable[Message]) -> int:
 
 def tool_calls(message: Message) -> tuple[ToolCall, ...]:
     """The tool calls in ``message``, in order."""
-    return tuple([part for part in message.parts if isinstance(part, ToolCall)])
+    parts = message.parts
+    if len(parts) == 1:  # the common shape: asked once per message of a long history
+        return parts if isinstance(parts[0], ToolCall) else ()  # type: ignore[return-value]
+    return tuple([part for part in parts if isinstance(part, ToolCall)])
 
 
 def tool_results(message: Message) -> tuple[ToolResult, ...]:
@@ -243,37 +246,39 @@ def tool_results(message: Message) -> tuple[ToolResult, ...]:
 
 def tool_pairs(history: Sequence[Message]) -> ToolPairing:
     """Match tool results to the calls they answer, by id, in order (module doc)."""
-    calls: list[tuple[int, str]] = []
-    open_calls: dict[str, list[int]] = {}  # call id -> positions in `calls`, oldest first
-    answered: list[bool] = []
+    # call id -> (call number, message index) of its open calls, oldest first
+    open_calls: dict[str, list[tuple[int, int]]] = {}
     pairs: list[tuple[int, int, str]] = []
     orphan_results: list[tuple[int, str]] = []
+    made = 0
     for index, message in enumerate(history):
         # Results before calls within one message: a message answering its own call is
         # not a shape any wire produces, and reading it this way cannot invent a pair.
-        made: list[ToolCall] | None = None
+        calls: list[str] | None = None
         for part in message.parts:
-            if isinstance(part, ToolResult):
+            kind = type(part)
+            if kind is Text:  # the common part, neither (a compression reads them all)
+                continue
+            if kind is ToolResult or (kind is not ToolCall and isinstance(part, ToolResult)):
                 waiting = open_calls.get(part.call_id)
                 if waiting:
-                    position = waiting.pop(0)
-                    answered[position] = True
-                    pairs.append((calls[position][0], index, part.call_id))
+                    pairs.append((waiting.pop(0)[1], index, part.call_id))
                 else:
                     orphan_results.append((index, part.call_id))
-            elif isinstance(part, ToolCall):
-                if made is None:
-                    made = [part]
+            elif kind is ToolCall or isinstance(part, ToolCall):
+                if calls is None:
+                    calls = [part.id]
                 else:
-                    made.append(part)
-        if made is not None:
-            for call in made:
-                waiting = open_calls.get(call.id)
+                    calls.append(part.id)
+        if calls is not None:
+            for call_id in calls:
+                waiting = open_calls.get(call_id)
                 if waiting is None:
-                    open_calls[call.id] = [len(calls)]
+                    open_calls[call_id] = [(made, index)]
                 else:
-                    waiting.append(len(calls))
-                calls.append((index, call.id))
-                answered.append(False)
-    orphan_calls = tuple(call for call, done in zip(calls, answered, strict=True) if not done)
+                    waiting.append((made, index))
+                made += 1
+    left = sorted((call, call_id) for call_id, waiting in open_calls.items()
+                  for call in waiting)
+    orphan_calls = tuple([(call[1], call_id) for call, call_id in left])
     return ToolPairing(tuple(pairs), orphan_calls, tuple(orphan_results))
