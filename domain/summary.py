@@ -204,6 +204,15 @@ _EXTENSION = (r"\.(?:py|pyi|md|rst|txt|toml|json|yaml|yml|ini|cfg|js|jsx|ts|tsx|
 _PATH = re.compile(
     r"(?<![\w/.~-])((?:~|\.{1,2})?/(?:[\w.-]+/)*[\w.-]*\w"
     r"|(?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*" + _EXTENSION + r")(?![\w/])")
+_EXTENSION_END = re.compile(_EXTENSION + r"(?![\w/])")
+# Where _CONSTRAINT, _DECISION and _CRITICAL may match a sentence, looked for in the
+# folded text at once (one pattern stands for those it is part of: "must" for
+# "mustn't", "decide" for "decided"; a sentence is flattened, hence the \s+).
+_CONSTRAINT_CUES = re.compile(r"must|don't|do\s+not|never|always|only|should\s+not|"
+                              r"shouldn't|make\s+sure|avoid|require")
+_DECISION_CUES = re.compile(r"decide|we\s+will|we'll|let's|go\s+with|chose|choose|"
+                            r"instead\s+of|plan\s+is")
+_CRITICAL_CUES = re.compile(r"important|remember|note\s+that|critical|warning")
 _PATH_KEYS = ("path", "file_path", "filename", "file", "target_file", "paths", "files",
               "filepath", "output_path", "source", "destination")
 _decode = msgspec.json.Decoder().decode
@@ -239,8 +248,11 @@ def _argument_paths(arguments: str) -> list[str]:
 
 
 def _text_paths(text: str) -> list[str]:
-    return [prune_lines.clip(match, LINE_CHARS)
-            for match in _PATH.findall(_URL.sub(" ", text))]
+    if "://" in text:
+        text = _URL.sub(" ", text)
+    if "/" not in text and not _EXTENSION_END.search(text):
+        return []  # a path has a slash or ends in an extension: no need to look
+    return [prune_lines.clip(match, LINE_CHARS) for match in _PATH.findall(text)]
 
 
 def _failure(text: str) -> str:
@@ -308,14 +320,21 @@ class _Builder:
             self.lines[field].setdefault(line)
 
     def read_text(self, role: str, text: str) -> None:
-        for sentence in _sentences(text):
-            if _CRITICAL.search(sentence):
-                self.add("critical_context", sentence)
-            if role == "user" and _CONSTRAINT.search(sentence):
-                self.add("constraints", sentence)
-            elif _DECISION.search(sentence) or (role == "assistant"
-                                                and _CONSTRAINT.search(sentence)):
-                self.add("decisions", sentence)
+        # Each cue pattern matches a sentence only where its words are in the text: most
+        # texts have none, and their sentences need not be searched.
+        low = prune_lines.fold(text)
+        critical = _CRITICAL_CUES.search(low) is not None
+        constraint = _CONSTRAINT_CUES.search(low) is not None
+        decision = _DECISION_CUES.search(low) is not None
+        if critical or constraint or decision:
+            for sentence in _sentences(text):
+                if critical and _CRITICAL.search(sentence):
+                    self.add("critical_context", sentence)
+                if role == "user" and constraint and _CONSTRAINT.search(sentence):
+                    self.add("constraints", sentence)
+                elif (decision and _DECISION.search(sentence)) or (
+                        role == "assistant" and constraint and _CONSTRAINT.search(sentence)):
+                    self.add("decisions", sentence)
         for path in _text_paths(text):
             self.add("relevant_files", path)
 
