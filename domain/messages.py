@@ -48,7 +48,7 @@ Decisions (the issue is silent on them):
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import msgspec
 
@@ -231,11 +231,15 @@ def history_chars(history: Iterable[Message]) -> int:
     return total
 
 
+_NOT_CALLS = (Text, ToolResult, Opaque)
+
+
 def tool_calls(message: Message) -> tuple[ToolCall, ...]:
     """The tool calls in ``message``, in order."""
     parts = message.parts
-    if len(parts) == 1:  # the common shape: asked once per message of a long history
-        return parts if isinstance(parts[0], ToolCall) else ()  # type: ignore[return-value]
+    if len(parts) == 1 and type(parts[0]) in _NOT_CALLS:
+        return ()  # the common case, asked of every message of a long history; exact
+        # types, as an isinstance that fails costs a metaclass check
     return tuple([part for part in parts if isinstance(part, ToolCall)])
 
 
@@ -256,20 +260,24 @@ def tool_pairs(history: Sequence[Message]) -> ToolPairing:
         # not a shape any wire produces, and reading it this way cannot invent a pair.
         calls: list[str] | None = None
         for part in message.parts:
+            # Exact types first: an isinstance that fails costs a metaclass check, and a
+            # compression pairs every part of a long history.
             kind = type(part)
-            if kind is Text:  # the common part, neither (a compression reads them all)
+            if kind is Text:
                 continue
             if kind is ToolResult or (kind is not ToolCall and isinstance(part, ToolResult)):
-                waiting = open_calls.get(part.call_id)
+                call_id = cast(ToolResult, part).call_id
+                waiting = open_calls.get(call_id)
                 if waiting:
-                    pairs.append((waiting.pop(0)[1], index, part.call_id))
+                    pairs.append((waiting.pop(0)[1], index, call_id))
                 else:
-                    orphan_results.append((index, part.call_id))
+                    orphan_results.append((index, call_id))
             elif kind is ToolCall or isinstance(part, ToolCall):
+                call_id = cast(ToolCall, part).id
                 if calls is None:
-                    calls = [part.id]
+                    calls = [call_id]
                 else:
-                    calls.append(part.id)
+                    calls.append(call_id)
         if calls is not None:
             for call_id in calls:
                 waiting = open_calls.get(call_id)

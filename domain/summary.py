@@ -210,8 +210,8 @@ _EXTENSION_END = re.compile(_EXTENSION + r"(?![\w/])")
 # "mustn't", "decide" for "decided"; a sentence is flattened, hence the \s+).
 _CONSTRAINT_CUES = re.compile(r"must|don't|do\s+not|never|always|only|should\s+not|"
                               r"shouldn't|make\s+sure|avoid|require")
-_DECISION_CUES = re.compile(r"decide|we\s+will|we'll|let's|go\s+with|chose|choose|"
-                            r"instead\s+of|plan\s+is")
+_DECISION_CUES = re.compile(r"decide|we\s+will|we'll|let's|go\s+with|going\s+with|chose|"
+                            r"choose|instead\s+of|plan\s+is")
 _CRITICAL_CUES = re.compile(r"important|remember|note\s+that|critical|warning")
 _PATH_KEYS = ("path", "file_path", "filename", "file", "target_file", "paths", "files",
               "filepath", "output_path", "source", "destination")
