@@ -15,13 +15,15 @@ Section "cold governance pass" (issue 11, "Speed and memory"): for each input, i
   call answering a fixed text, ``compress`` with the whole summariser replaced by that
   text (phases 1, 2 and 4, like-for-like with ours), the part of that spent in Hermes's
   rough whole-history estimate, and phase 1 alone;
-* ours, in this process, on the messages converted to the neutral model once, outside
-  the timed region: spill decisions (``domain.spill.plan_turn`` over every assistant
-  turn's tool results), the cut (``domain.boundaries.choose_cut``), phase 1
-  (``domain.prune.prune`` of everything before the tail) and assembly
-  (``domain.boundaries.assemble``, which repairs), with the same fixed summary text;
-* our phase 3, ``domain.summary.builtin_summary`` of the middle, on its own line (Hermes
-  has no summary without a model);
+* ours, in this process: what the context stage runs on a first call carrying the whole
+  session, on the daemon's objects (chat items, decoded and governed outside the timed
+  region, as Hermes gets its messages parsed): the spill (``spill_turns.plan_spills`` +
+  ``apply_spills``), ``compaction.prepare`` (the cut, phase 1 on the head) and
+  ``compaction.finish`` (assembly, new items) around the same fixed summary text;
+* our phase 3, ``domain.summary.builtin_summary`` of the prepared middle and
+  ``compaction.builtin``, on their own line (Hermes has no summary without a model);
+* the floor (``tool_pairs`` + one pass over every part) and the decode the stage does
+  before governing (digest + ``read_item`` of every item);
 * msgspec's decode of the whole request body, the reference of the resend target.
 
 If hermes-agent cannot be installed or driven, the script says so in one line and prints
@@ -58,7 +60,7 @@ from sessionwarden.domain.compaction import (
 )
 from sessionwarden.domain.compression import trigger_tokens
 from sessionwarden.domain.history import GovernedHistory, Item, digest
-from sessionwarden.domain.messages import Message
+from sessionwarden.domain.messages import Message, history_chars, tool_pairs
 from sessionwarden.domain.spill import Limits, resolve_limits
 from sessionwarden.domain.spill_turns import SpillOutcome, apply_spills, plan_spills
 from sessionwarden.domain.summary import builtin_summary
@@ -424,7 +426,8 @@ def ours_row(item: Input, settings: tuple[Limits, CompressionConfig, int],
         row["summary"] = timed(lambda: builtin_summary(prepared.middle, None,
                                                        summary_budget(threshold)))
         row["builtin"] = timed(lambda: builtin(prepared, CODEC, threshold))
-    rest, decode = item.rest, msgspec.json.decode
+    decoded, rest, decode = item.decoded, item.rest, msgspec.json.decode
+    row["floor"] = timed(lambda: (tool_pairs(decoded), history_chars(decoded)))
     row["read"] = timed(lambda: [(digest(raw), CODEC.read_item(raw)) for raw in rest])
     row["decode"] = timed(lambda: decode(item.body))
     return row
@@ -476,35 +479,39 @@ def report_cold(inputs: Inputs, figures: dict[tuple[str, str], list[float]],
     log(f"\nmedians of {inputs.rounds} rounds after {inputs.warmup} warm-up, ms")
     log(f"{'input':<8}{'msgs':>6} | {'Hermes':>9}{'ph.1,2,4':>10}{'  w/o est.':>10}"
         f"{'prune':>8} | {'ours':>7}{'spill':>8}{'prepare':>9}{'finish':>8}"
-        f" | {'read':>7}{'decode':>8}")
+        f" | {'floor':>7}{'read':>7}{'decode':>8}")
     for item in inputs.inputs:
         n = item.name
         log(f"{n:<8}{len(item.messages):>6} | {ms(m(n, 'compress')):>9}{ms(m(n, 'p124')):>10}"
             f"{ms(m(n, 'own')):>10}{ms(m(n, 'prune')):>8} | {ms(m(n, 'cold')):>7}"
             f"{ms(m(n, 'spill')):>8}{ms(m(n, 'prepare')):>9}{ms(m(n, 'finish')):>8}"
-            f" | {ms(m(n, 'read')):>7}{ms(m(n, 'decode')):>8}")
+            f" | {ms(m(n, 'floor')):>7}{ms(m(n, 'read')):>7}{ms(m(n, 'decode')):>8}")
     log("Hermes = compress() end to end, the summary call answering the fixed text; "
         "ph.1,2,4 = with the whole summariser replaced by that text; w/o est. = ph.1,2,4 "
         "less its two rough whole-history estimates (the anchor's 'own code'); "
         "ours = spill (plan_spills + apply_spills) + compaction.prepare (cut, phase 1) + "
-        "compaction.finish (assembly, new items); read = digest + read_item of every item "
+        "compaction.finish (assembly, new items); floor = tool_pairs + one pass over every "
+        "part (history_chars), what any pass that pairs calls and reads each message "
+        "costs; read = digest + read_item of every item "
         "(what the stage does before, not in ours); decode = msgspec.json.decode of the "
         "request body")
     if any(key[1] == "compress" for key in figures):
         log("\nratios Hermes / ours (medians of per-round ratios; target: ours ≥ 3× faster)")
-        log(f"{'input':<8} | {'Hermes/ours':>12}{'ph.1,2,4/ours':>15}{'w/o est./ours':>15}")
+        log(f"{'input':<8} | {'Hermes/ours':>12}{'ph.1,2,4/ours':>15}{'w/o est./ours':>15}"
+            f" | {'w/o est./floor':>15}")
         for item in inputs.inputs:
             n = item.name
             cells = [ratio(n, top, "cold") for top in ("compress", "p124", "own")]
             marks = [f"{r:.1f}× {'met' if r >= 3 else 'MISSED'}" for r in cells]
-            log(f"{n:<8} | {marks[0]:>12}{marks[1]:>15}{marks[2]:>15}")
+            log(f"{n:<8} | {marks[0]:>12}{marks[1]:>15}{marks[2]:>15}"
+                f" | {ratio(n, 'own', 'floor'):>14.1f}×")
     log("")
     for item in inputs.inputs:
         n = item.name
         ours: ColdPass = outs[(n, "ours")]
         if ours.prepared is not None:
-            log(f"phase 3 on the {n}'s middle ({len(ours.prepared.middle):,} messages): "
-                f"builtin_summary {ms(m(n, 'summary'))} ms, compaction.builtin (summary, "
+            log(f"phase 3, builtin_summary of the {n}'s middle ({len(ours.prepared.middle):,}"
+                f" messages): {ms(m(n, 'summary'))} ms; compaction.builtin (summary, "
                 f"render, finish) {ms(m(n, 'builtin'))} ms")
     for item in inputs.inputs:
         n = item.name
