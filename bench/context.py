@@ -15,13 +15,15 @@ Section "cold governance pass" (issue 11, "Speed and memory"): for each input, i
   call answering a fixed text, ``compress`` with the whole summariser replaced by that
   text (phases 1, 2 and 4, like-for-like with ours), the part of that spent in Hermes's
   rough whole-history estimate, and phase 1 alone;
-* ours, in this process, on the messages converted to the neutral model once, outside
-  the timed region: spill decisions (``domain.spill.plan_turn`` over every assistant
-  turn's tool results), the cut (``domain.boundaries.choose_cut``), phase 1
-  (``domain.prune.prune`` of everything before the tail) and assembly
-  (``domain.boundaries.assemble``, which repairs), with the same fixed summary text;
-* our phase 3, ``domain.summary.builtin_summary`` of the middle, on its own line (Hermes
-  has no summary without a model);
+* ours, in this process: what the context stage runs on a first call carrying the whole
+  session, on the daemon's objects (chat items, decoded and governed outside the timed
+  region, as Hermes gets its messages parsed): the spill (``spill_turns.plan_spills`` +
+  ``apply_spills``), ``compaction.prepare`` (the cut, phase 1 on the head) and
+  ``compaction.finish`` (assembly, new items) around the same fixed summary text;
+* our phase 3, ``domain.summary.builtin_summary`` of the prepared middle and
+  ``compaction.builtin``, on their own line (Hermes has no summary without a model);
+* the floor (``tool_pairs`` + one pass over every part) and the decode the stage does
+  before governing (digest + ``read_item`` of every item);
 * msgspec's decode of the whole request body, the reference of the resend target.
 
 If hermes-agent cannot be installed or driven, the script says so in one line and prints
@@ -47,20 +49,22 @@ from typing import Any
 
 import msgspec
 from sessionwarden.config import CompressionConfig, ToolsConfig
-from sessionwarden.domain.boundaries import BoundarySettings, assemble, choose_cut
-from sessionwarden.domain.compression import estimate_tokens, trigger_tokens
-from sessionwarden.domain.messages import (
-    Message,
-    Text,
-    ToolCall,
-    ToolResult,
-    history_chars,
-    text_chars,
+from sessionwarden.domain.compaction import (
+    Compaction,
+    Prepared,
+    builtin,
+    finish,
+    prepare,
+    summary_budget,
+    tokens_of,
 )
-from sessionwarden.domain.prune import prune
-from sessionwarden.domain.spill import Limits, plan_turn, resolve_limits
+from sessionwarden.domain.compression import trigger_tokens
+from sessionwarden.domain.history import GovernedHistory, Item, digest
+from sessionwarden.domain.messages import Message, history_chars, tool_pairs
+from sessionwarden.domain.spill import Limits, resolve_limits
+from sessionwarden.domain.spill_turns import SpillOutcome, apply_spills, plan_spills
 from sessionwarden.domain.summary import builtin_summary
-from sessionwarden.upstream.chat_messages import to_neutral
+from sessionwarden.upstream.chat_completions import ChatItems
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -80,10 +84,8 @@ CONTEXT_LENGTH = 128_000
 PREFIX_TRIGGER_TOKENS = 96_000
 #: Where the spill notes say files are (nothing is written: decisions only).
 SPILL_DIR = "/var/lib/sessionwarden/spill"
-#: Our builtin summary's size bound.
-SUMMARY_MAX_CHARS = 8_000
-NOTE = ("[Note: earlier turns of this conversation were summarised to save context space;"
-        " build on the summary below rather than redoing that work.]")
+#: The chat-completions codec, as the daemon reads and writes items.
+CODEC = ChatItems()
 
 _SUMMARY_SECTIONS = (
     ("Historical Task Snapshot", "User asked (deterministic, from compacted turns): 'Search "
@@ -143,12 +145,23 @@ def ms(x: float) -> str:
 
 @dataclass
 class Input:
-    """One input: its chat messages, their neutral form and its request body."""
+    """One input: its chat messages and request body, and the daemon's view of them.
+
+    As the context stage sees a request: the leading system items apart, the others as
+    raw items (``rest``) decoded once (``decoded``); ``history`` is the governed history
+    after their spill, as the stage builds it before deciding to compress (digests and
+    token estimates made when the items were appended), and ``reader`` hands
+    ``prepare`` the messages decoded here instead of decoding every item again.
+    """
 
     name: str
     messages: list[dict[str, Any]]
-    neutral: list[Message]
     body: bytes
+    leading: int
+    rest: list[bytes]
+    decoded: list[Message]
+    history: GovernedHistory
+    reader: Decoded
 
 
 @dataclass
@@ -172,15 +185,65 @@ def first_trigger_prefix(messages: Sequence[dict[str, Any]]) -> int:
     return len(messages)
 
 
+class Decoded:
+    """The chat codec, but ``read_item`` returns the message decoded outside the timed region.
+
+    ``prepare`` decodes every forwarded item (a compression may cost O(history)); Hermes
+    is handed its messages decoded, so the cold pass is timed without that decode, and
+    the decode is timed on its own (the "read" column).
+    """
+
+    items_key = "messages"
+
+    def __init__(self, decoded: dict[int, Message]) -> None:
+        self.decoded = decoded
+
+    def read_item(self, raw: bytes) -> Message | str:
+        return self.decoded[id(raw)]
+
+    def write_item(self, message: Message) -> bytes:
+        return CODEC.write_item(message)
+
+    def is_system(self, raw: bytes) -> bool:
+        return CODEC.is_system(raw)
+
+
+def governed(name: str, messages: list[dict[str, Any]], limits: Limits) -> Input:
+    """``messages`` as the context stage holds them once a first call has carried them all."""
+    items = [msgspec.json.encode(message) for message in messages]
+    leading = 0
+    while leading < len(items) and CODEC.is_system(items[leading]):
+        leading += 1
+    rest = items[leading:]
+    decoded = [read(raw) for raw in rest]
+    plan = plan_spills(decoded, limits, SPILL_DIR, first=leading)
+    spilled, _ = apply_spills(plan, SpillOutcome(), decoded, CODEC, "bench")
+    kept = tuple(
+        Item(digest(raw), len(raw), tokens_of(message), raw, -1) if raw is not None
+        else Item(digest(rest[i]), len(rest[i]), tokens_of(message), None, i)
+        for i, (message, raw) in enumerate(spilled))
+    history = GovernedHistory(client=tuple(digest(raw) for raw in rest), items=kept,
+                              call_id="bench", tokens=sum(item.tokens for item in kept))
+    reader = Decoded({id(raw): message for raw, (message, _) in
+                      zip(history.forwarded(rest), spilled, strict=True)})
+    body = msgspec.json.encode({"model": "x", "messages": messages})
+    return Input(name, messages, body, leading, rest, decoded, history, reader)
+
+
+def read(raw: bytes) -> Message:
+    message = CODEC.read_item(raw)
+    if isinstance(message, str):
+        raise SystemExit(f"error: the session holds an invalid message ({message})")
+    return message
+
+
 def load_inputs(args: argparse.Namespace) -> Inputs:
     raw = gzip.decompress(args.session.read_bytes())
     messages: list[dict[str, Any]] = msgspec.json.decode(raw)
     prefix = args.prefix or first_trigger_prefix(messages)
-    inputs = []
-    for name, count in (("whole", len(messages)), ("prefix", prefix)):
-        part = messages[:count]
-        body = msgspec.json.encode({"model": "x", "messages": part})
-        inputs.append(Input(name, part, to_neutral(part), body))
+    limits = governance_settings()[0]
+    inputs = [governed(name, messages[:count], limits)
+              for name, count in (("whole", len(messages)), ("prefix", prefix))]
     return Inputs(args.session, inputs, args.rounds, args.warmup, not args.no_hermes)
 
 
@@ -278,76 +341,49 @@ def start_hermes(inputs: Inputs) -> Hermes | None:
 # -- our governance pass ------------------------------------------------------------------
 
 
-def estimate(message: Message) -> int:
-    """Tokens of a message: tool-call arguments as JSON, the rest as prose."""
-    arguments = sum(len(p.arguments) for p in message.parts if isinstance(p, ToolCall))
-    return estimate_tokens(text_chars(message) - arguments, arguments)
-
-
-def turns(history: Sequence[Message]) -> list[list[tuple[str, str, bool]]]:
-    """Each assistant turn's tool results as ``plan_turn`` takes them, in result order.
-
-    One pass, pairing as ``domain.messages.tool_pairs`` does (a result answers the
-    earliest open call with its id); a result answering no call belongs to no turn.
-    """
-    open_calls: dict[str, list[tuple[int, str]]] = {}  # id -> (turn, tool name), oldest first
-    by_turn: dict[int, list[tuple[str, str, bool]]] = {}
-    for index, message in enumerate(history):
-        for part in message.parts:
-            if isinstance(part, ToolResult):
-                waiting = open_calls.get(part.call_id)
-                if waiting:
-                    turn, name = waiting.pop(0)
-                    text = "".join(p.text for p in part.parts if isinstance(p, Text))
-                    by_turn.setdefault(turn, []).append((part.name or name, text, False))
-            elif isinstance(part, ToolCall):
-                open_calls.setdefault(part.id, []).append((index, part.name))
-    return [by_turn[index] for index in sorted(by_turn)]
-
-
 @dataclass
 class ColdPass:
     """One cold pass: the time of each step (seconds) and what came out."""
 
     spill: float
-    cut: float
-    prune: float
-    assemble: float
+    prepare: float
+    finish: float
     spills: int
-    pruned: int
-    out: list[Message]
-    head_end: int
-    tail_start: int
+    prepared: Prepared | None
+    compaction: Compaction | None
 
     @property
     def total(self) -> float:
-        return self.spill + self.cut + self.prune + self.assemble
+        return self.spill + self.prepare + self.finish
 
 
-def cold_pass(history: Sequence[Message], limits: Limits, settings: BoundarySettings
+def cold_pass(item: Input, limits: Limits, compression: CompressionConfig, threshold: int
               ) -> ColdPass:
-    """Phases 1, 2 and 4 plus the spill decisions on ``history``, each step timed."""
+    """What the context stage runs on a first call carrying ``item``, each step timed.
+
+    The spill (``plan_spills`` over every new message, its stand-ins put in place:
+    ``apply_spills``), then the compression as ``domain.context_compression`` runs it:
+    ``compaction.prepare`` (the cut, twice when the tail is over its ceiling, and
+    phase 1 on the head) and ``compaction.finish`` around the fixed summary text
+    (assembly, the new items written, the new governed history).
+    """
     t0 = CLOCK()
-    plans = [plan_turn(results, limits, SPILL_DIR) for results in turns(history)]
+    plan = plan_spills(item.decoded, limits, SPILL_DIR, first=item.leading)
+    apply_spills(plan, SpillOutcome(), item.decoded, CODEC, "bench")
     t1 = CLOCK()
-    cut = choose_cut(history, settings, estimate)
+    prepared = prepare(item.history, item.rest, item.reader, compression, threshold)
     t2 = CLOCK()
-    pruned = prune(history, cut.tail_start)
+    compaction = (finish(prepared, SUMMARY, CODEC, summariser="bench") if prepared is not None
+                  else None)
     t3 = CLOCK()
-    out = assemble(pruned.messages[:cut.head_end], SUMMARY,
-                   pruned.messages[cut.tail_start:], NOTE)
-    t4 = CLOCK()
-    return ColdPass(t1 - t0, t2 - t1, t3 - t2, t4 - t3, sum(len(p.spills) for p in plans),
-                    len(pruned.events), out, cut.head_end, cut.tail_start)
+    return ColdPass(t1 - t0, t2 - t1, t3 - t2, len(plan.spills), prepared, compaction)
 
 
-def governance_settings() -> tuple[Limits, BoundarySettings]:
-    """Our defaults for a 128K model: spill limits and the boundary settings."""
+def governance_settings() -> tuple[Limits, CompressionConfig, int]:
+    """Our defaults for a 128K model: spill limits, the compression config, the trigger."""
     compression = CompressionConfig()
     trigger = trigger_tokens(None, compression)  # no [[models]] entry: a 128K window
-    settings = BoundarySettings(protect_first_n=compression.protect_first_n,
-                                tail_budget_tokens=int(trigger * compression.target_ratio))
-    return resolve_limits(ToolsConfig(), CONTEXT_LENGTH), settings
+    return resolve_limits(ToolsConfig(), CONTEXT_LENGTH), compression, trigger
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -376,18 +412,25 @@ def hermes_row(hermes: Hermes, item: Input, outs: dict[tuple[str, str], Any]
     return row
 
 
-def ours_row(item: Input, limits: Limits, settings: BoundarySettings,
+def ours_row(item: Input, settings: tuple[Limits, CompressionConfig, int],
              outs: dict[tuple[str, str], Any]) -> dict[str, float]:
-    """One round of ours on ``item``: the cold pass, phase 3, the body's decode (seconds)."""
+    """One round of ours on ``item``: the cold pass, phase 3, the references (seconds)."""
+    limits, compression, threshold = settings
     gc.collect()
-    result = cold_pass(item.neutral, limits, settings)
+    result = cold_pass(item, limits, compression, threshold)
     outs[(item.name, "ours")] = result
-    middle = item.neutral[result.head_end:result.tail_start]
-    decode = msgspec.json.decode
-    return {"cold": result.total, "spill": result.spill, "cut": result.cut,
-            "ourprune": result.prune, "assemble": result.assemble,
-            "summary": timed(lambda: builtin_summary(middle, None, SUMMARY_MAX_CHARS)),
-            "decode": timed(lambda: decode(item.body))}
+    row = {"cold": result.total, "spill": result.spill, "prepare": result.prepare,
+           "finish": result.finish}
+    prepared = result.prepared
+    if prepared is not None:
+        row["summary"] = timed(lambda: builtin_summary(prepared.middle, None,
+                                                       summary_budget(threshold)))
+        row["builtin"] = timed(lambda: builtin(prepared, CODEC, threshold))
+    decoded, rest, decode = item.decoded, item.rest, msgspec.json.decode
+    row["floor"] = timed(lambda: (tool_pairs(decoded), history_chars(decoded)))
+    row["read"] = timed(lambda: [(digest(raw), CODEC.read_item(raw)) for raw in rest])
+    row["decode"] = timed(lambda: decode(item.body))
+    return row
 
 
 def cold_section(inputs: Inputs) -> None:
@@ -395,9 +438,10 @@ def cold_section(inputs: Inputs) -> None:
     log("\n== cold governance pass (phases 1, 2, 4 + spill decisions) vs Hermes "
         "ContextCompressor.compress ==")
     hermes = start_hermes(inputs)
-    limits, settings = governance_settings()
-    log(f"ours: 128K window, trigger {trigger_tokens(None, CompressionConfig()):,} tokens, "
-        f"tail budget {settings.tail_budget_tokens:,} tokens, spill over "
+    settings = governance_settings()
+    limits, compression, threshold = settings
+    log(f"ours: 128K window, trigger {threshold:,} tokens, tail budget "
+        f"{int(threshold * compression.target_ratio):,} tokens, spill over "
         f"{limits.result_size_chars:,} chars or turns over {limits.turn_budget_chars:,}")
     figures: dict[tuple[str, str], list[float]] = {}
     outs: dict[tuple[str, str], Any] = {}
@@ -413,7 +457,7 @@ def cold_section(inputs: Inputs) -> None:
                         hermes.close()
                         hermes = None
                         row = {}
-                row.update(ours_row(item, limits, settings, outs))
+                row.update(ours_row(item, settings, outs))
                 if round_ >= 0:
                     for key, value in row.items():
                         figures.setdefault((item.name, key), []).append(value)
@@ -434,44 +478,53 @@ def report_cold(inputs: Inputs, figures: dict[tuple[str, str], list[float]],
 
     log(f"\nmedians of {inputs.rounds} rounds after {inputs.warmup} warm-up, ms")
     log(f"{'input':<8}{'msgs':>6} | {'Hermes':>9}{'ph.1,2,4':>10}{'  w/o est.':>10}"
-        f"{'prune':>8} | {'ours':>7}{'spill':>8}{'cut':>7}{'prune':>7}{'assemble':>9}"
-        f" | {'decode':>7}")
+        f"{'prune':>8} | {'ours':>7}{'spill':>8}{'prepare':>9}{'finish':>8}"
+        f" | {'floor':>7}{'read':>7}{'decode':>8}")
     for item in inputs.inputs:
         n = item.name
         log(f"{n:<8}{len(item.messages):>6} | {ms(m(n, 'compress')):>9}{ms(m(n, 'p124')):>10}"
             f"{ms(m(n, 'own')):>10}{ms(m(n, 'prune')):>8} | {ms(m(n, 'cold')):>7}"
-            f"{ms(m(n, 'spill')):>8}{ms(m(n, 'cut')):>7}{ms(m(n, 'ourprune')):>7}"
-            f"{ms(m(n, 'assemble')):>9} | {ms(m(n, 'decode')):>7}")
+            f"{ms(m(n, 'spill')):>8}{ms(m(n, 'prepare')):>9}{ms(m(n, 'finish')):>8}"
+            f" | {ms(m(n, 'floor')):>7}{ms(m(n, 'read')):>7}{ms(m(n, 'decode')):>8}")
     log("Hermes = compress() end to end, the summary call answering the fixed text; "
         "ph.1,2,4 = with the whole summariser replaced by that text; w/o est. = ph.1,2,4 "
         "less its two rough whole-history estimates (the anchor's 'own code'); "
-        "decode = msgspec.json.decode of the request body")
+        "ours = spill (plan_spills + apply_spills) + compaction.prepare (cut, phase 1) + "
+        "compaction.finish (assembly, new items); floor = tool_pairs + one pass over every "
+        "part (history_chars), what any pass that pairs calls and reads each message "
+        "costs; read = digest + read_item of every item "
+        "(what the stage does before, not in ours); decode = msgspec.json.decode of the "
+        "request body")
     if any(key[1] == "compress" for key in figures):
         log("\nratios Hermes / ours (medians of per-round ratios; target: ours ≥ 3× faster)")
         log(f"{'input':<8} | {'Hermes/ours':>12}{'ph.1,2,4/ours':>15}{'w/o est./ours':>15}"
-            f" | {'prune/prune':>12}")
+            f" | {'w/o est./floor':>15}")
         for item in inputs.inputs:
             n = item.name
             cells = [ratio(n, top, "cold") for top in ("compress", "p124", "own")]
             marks = [f"{r:.1f}× {'met' if r >= 3 else 'MISSED'}" for r in cells]
             log(f"{n:<8} | {marks[0]:>12}{marks[1]:>15}{marks[2]:>15}"
-                f" | {ratio(n, 'prune', 'ourprune'):>11.1f}×")
+                f" | {ratio(n, 'own', 'floor'):>14.1f}×")
     log("")
     for item in inputs.inputs:
         n = item.name
         ours: ColdPass = outs[(n, "ours")]
-        middle = ours.tail_start - ours.head_end
-        log(f"phase 3, builtin_summary of the {n}'s middle ({middle:,} messages): "
-            f"{ms(m(n, 'summary'))} ms")
+        if ours.prepared is not None:
+            log(f"phase 3, builtin_summary of the {n}'s middle ({len(ours.prepared.middle):,}"
+                f" messages): {ms(m(n, 'summary'))} ms; compaction.builtin (summary, "
+                f"render, finish) {ms(m(n, 'builtin'))} ms")
     for item in inputs.inputs:
         n = item.name
         ours = outs[(n, "ours")]
-        before = sum(estimate(x) for x in item.neutral)
-        after = sum(estimate(x) for x in ours.out)
-        line = (f"{n}: ours {len(item.messages):,} → {len(ours.out):,} messages "
-                f"(cut {ours.head_end}:{ours.tail_start}, {ours.pruned} parts pruned, "
-                f"{ours.spills} results to spill; {history_chars(item.neutral):,} → "
-                f"{history_chars(ours.out):,} chars, ≈{before:,} → {after:,} tokens)")
+        line = f"{n}: ours {len(item.messages):,} messages ({item.leading} system apart) → "
+        done = ours.compaction
+        if done is None:
+            line += "not compressed"
+        else:
+            line += (f"{item.leading + len(done.history.items):,} (summarised "
+                     f"{done.summarised:,}, {done.pruned} parts pruned, {ours.spills} "
+                     f"results spilled; ≈{item.history.tokens:,} → {done.history.tokens:,} "
+                     "tokens)")
         if (n, "p124") in outs:
             line += (f"; Hermes → {outs[(n, 'p124')]['out']:,} messages, "
                      f"{outs[(n, 'prune')]['pruned']:,} results pruned")

@@ -66,6 +66,7 @@ turns made immortal); ``is_summary`` recognises the summariser's own messages.
 """
 
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 
 import msgspec
 from sessionwarden.domain.messages import (
@@ -155,15 +156,11 @@ def is_assistant_text(message: Message,
 
 def _crossed(size: int, pairing: ToolPairing) -> list[bool]:
     """``crossed[b]``: whether a cut before index ``b`` splits a call from a result."""
-    depth = [0] * (size + 2)
+    depth = [0] * (size + 1)
     for call_index, result_index, _ in pairing.pairs:
         depth[call_index + 1] += 1
         depth[result_index + 1] -= 1
-    crossed, running = [], 0
-    for boundary in range(size + 1):
-        running += depth[boundary]
-        crossed.append(running > 0)
-    return crossed
+    return [running > 0 for running in accumulate(depth)]
 
 
 def _newest(history: Sequence[Message], test: Callable[[Message], bool]) -> int | None:
@@ -184,14 +181,17 @@ def _tail_walk(history: Sequence[Message], head_end: int, ceiling: float, minimu
 
 
 def choose_cut(history: Sequence[Message], settings: BoundarySettings, estimate: Estimate,
-               *, is_summary: Callable[[Message], bool] = _never) -> Cut:
+               *, is_summary: Callable[[Message], bool] = _never,
+               pairing: ToolPairing | None = None) -> Cut:
     """Where to cut ``history`` for compression (module doc for the rules).
 
     ``estimate`` gives a message's tokens; ``is_summary`` recognises a summary message
     written by an earlier compression (never an actionable request nor assistant text).
+    ``pairing`` is ``tool_pairs(history)`` when the caller has it already.
     """
     n = len(history)
-    pairing = tool_pairs(history)
+    if pairing is None:
+        pairing = tool_pairs(history)
     crossed = _crossed(n, pairing)
     head_end = 0
     while head_end < n and history[head_end].role == "system":

@@ -48,7 +48,7 @@ Decisions (the issue is silent on them):
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import msgspec
 
@@ -200,7 +200,8 @@ def _part_chars(part: Part) -> int:
     if isinstance(part, ToolCall):
         return len(part.arguments)
     if isinstance(part, ToolResult):
-        return sum(_part_chars(inner) for inner in part.parts)
+        return sum(len(inner.text) if isinstance(inner, Text) else inner.chars
+                   for inner in part.parts)
     return part.chars
 
 
@@ -215,40 +216,77 @@ def text_chars(message: Message) -> int:
 
 def history_chars(history: Iterable[Message]) -> int:
     """:func:`text_chars` summed over a history."""
-    return sum(text_chars(message) for message in history)
+    total = 0
+    for message in history:  # _part_chars inlined: a compression counts every part
+        for part in message.parts:
+            if isinstance(part, Text):
+                total += len(part.text)
+            elif isinstance(part, ToolResult):
+                for inner in part.parts:
+                    total += len(inner.text) if isinstance(inner, Text) else inner.chars
+            elif isinstance(part, ToolCall):
+                total += len(part.arguments)
+            else:
+                total += part.chars
+    return total
+
+
+_NOT_CALLS = (Text, ToolResult, Opaque)
 
 
 def tool_calls(message: Message) -> tuple[ToolCall, ...]:
     """The tool calls in ``message``, in order."""
-    return tuple(part for part in message.parts if isinstance(part, ToolCall))
+    parts = message.parts
+    if len(parts) == 1 and type(parts[0]) in _NOT_CALLS:
+        return ()  # the common case, asked of every message of a long history; exact
+        # types, as an isinstance that fails costs a metaclass check
+    return tuple([part for part in parts if isinstance(part, ToolCall)])
 
 
 def tool_results(message: Message) -> tuple[ToolResult, ...]:
     """The tool results in ``message``, in order."""
-    return tuple(part for part in message.parts if isinstance(part, ToolResult))
+    return tuple([part for part in message.parts if isinstance(part, ToolResult)])
 
 
 def tool_pairs(history: Sequence[Message]) -> ToolPairing:
     """Match tool results to the calls they answer, by id, in order (module doc)."""
-    calls: list[tuple[int, str]] = []
-    open_calls: dict[str, list[int]] = {}  # call id -> positions in `calls`, oldest first
-    answered: set[int] = set()
+    # call id -> (call number, message index) of its open calls, oldest first
+    open_calls: dict[str, list[tuple[int, int]]] = {}
     pairs: list[tuple[int, int, str]] = []
     orphan_results: list[tuple[int, str]] = []
+    made = 0
     for index, message in enumerate(history):
         # Results before calls within one message: a message answering its own call is
         # not a shape any wire produces, and reading it this way cannot invent a pair.
-        for result in tool_results(message):
-            waiting = open_calls.get(result.call_id)
-            if waiting:
-                position = waiting.pop(0)
-                answered.add(position)
-                pairs.append((calls[position][0], index, result.call_id))
-            else:
-                orphan_results.append((index, result.call_id))
-        for call in tool_calls(message):
-            open_calls.setdefault(call.id, []).append(len(calls))
-            calls.append((index, call.id))
-    orphan_calls = tuple(call for position, call in enumerate(calls)
-                         if position not in answered)
+        calls: list[str] | None = None
+        for part in message.parts:
+            # Exact types first: an isinstance that fails costs a metaclass check, and a
+            # compression pairs every part of a long history.
+            kind = type(part)
+            if kind is Text:
+                continue
+            if kind is ToolResult or (kind is not ToolCall and isinstance(part, ToolResult)):
+                call_id = cast(ToolResult, part).call_id
+                waiting = open_calls.get(call_id)
+                if waiting:
+                    pairs.append((waiting.pop(0)[1], index, call_id))
+                else:
+                    orphan_results.append((index, call_id))
+            elif kind is ToolCall or isinstance(part, ToolCall):
+                call_id = cast(ToolCall, part).id
+                if calls is None:
+                    calls = [call_id]
+                else:
+                    calls.append(call_id)
+        if calls is not None:
+            for call_id in calls:
+                waiting = open_calls.get(call_id)
+                if waiting is None:
+                    open_calls[call_id] = [(made, index)]
+                else:
+                    waiting.append((made, index))
+                made += 1
+    left = sorted((call, call_id) for call_id, waiting in open_calls.items()
+                  for call in waiting)
+    orphan_calls = tuple([(call[1], call_id) for call, call_id in left])
     return ToolPairing(tuple(pairs), orphan_calls, tuple(orphan_results))

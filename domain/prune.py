@@ -67,6 +67,7 @@ from sessionwarden.domain.messages import (
     ResultPart,
     Text,
     ToolCall,
+    ToolPairing,
     ToolResult,
     history_chars,
     tool_pairs,
@@ -149,14 +150,25 @@ class PruneResult(msgspec.Struct, frozen=True):
     Attributes:
         messages: the history, same length and order as the input.
         events: the rewrites, in order of message index then part.
-        chars_before: :func:`~sessionwarden.domain.messages.history_chars` of the input.
-        chars_after: and of ``messages`` (never more than ``chars_before``).
     """
 
     messages: tuple[Message, ...]
     events: tuple[PruneEvent, ...]
-    chars_before: int
-    chars_after: int
+
+    @property
+    def chars_after(self) -> int:
+        """:func:`~sessionwarden.domain.messages.history_chars` of ``messages``."""
+        return history_chars(self.messages)
+
+    @property
+    def chars_before(self) -> int:
+        """And of the input (never less than :attr:`chars_after`).
+
+        Counted on demand from ``messages`` and the events (each records its part's
+        characters before and after): a compression never asks, and counting every part
+        of a long history would be most of its phase 1.
+        """
+        return self.chars_after + sum(e.chars_before - e.chars_after for e in self.events)
 
 
 def _text_of(result: ToolResult) -> str:
@@ -182,28 +194,74 @@ def _with_text(result: ToolResult, text: str) -> ToolResult:
     return ToolResult(result.call_id, tuple(parts), result.name)
 
 
-def _calls_by_result(history: Sequence[Message]) -> dict[tuple[int, int], ToolCall]:
-    """The call each result part answers, keyed by (message index, part position)."""
-    pairing = tool_pairs(history)
+def _calls_by_result(history: Sequence[Message], end: int, pairing: ToolPairing | None
+                     ) -> dict[tuple[int, int], ToolCall]:
+    """The call each result part before ``end`` answers, keyed by (message, part position).
+
+    Pairing reads a history in order, so the pairs of results before ``end`` are those of
+    ``history[:end]``: a compression pruning only its head pairs only the head.
+    """
+    if pairing is None:
+        pairing = tool_pairs(history[:end])
     # The k-th pair from call message i for id c is the k-th call with id c in message i
     # (open calls are taken oldest first); within a result message the results for one
     # id pair first and only then are orphans (calls there come after its results).
     taken: dict[tuple[int, str], int] = {}
     answers: dict[tuple[int, str], list[ToolCall]] = {}
     for call_index, result_index, call_id in pairing.pairs:
+        if result_index >= end:
+            break  # pairs come in the order of their results
         k = taken.get((call_index, call_id), 0)
         taken[(call_index, call_id)] = k + 1
         same_id = [p for p in history[call_index].parts
                    if isinstance(p, ToolCall) and p.id == call_id]
         answers.setdefault((result_index, call_id), []).append(same_id[k])
     found: dict[tuple[int, int], ToolCall] = {}
-    for index, message in enumerate(history):
-        for position, part in enumerate(message.parts):
+    for index in range(end):
+        for position, part in enumerate(history[index].parts):
             if isinstance(part, ToolResult):
                 queue = answers.get((index, part.call_id))
                 if queue:
                     found[(index, position)] = queue.pop(0)
     return found
+
+
+def _dedupable(part: Part) -> int:
+    """The length of a result made of text alone, else -1 (never deduped)."""
+    if not isinstance(part, ToolResult) or not part.parts:
+        return -1
+    size = 0
+    for inner in part.parts:
+        if not isinstance(inner, Text):
+            return -1
+        size += len(inner.text)
+    return size
+
+
+def _later_copies(history: Sequence[Message], end: int, threshold: int
+                  ) -> dict[tuple[int, int], str]:
+    """Old results with a newer copy (rule 1), mapped to the newest copy's call id."""
+    # Only a text as long as an old one can be its copy: the others are never joined.
+    sizes = {size for index in range(end) for part in history[index].parts
+             if (size := _dedupable(part)) > threshold}
+    if not sizes:
+        return {}
+    newest: dict[str, str] = {}
+    later_copy: dict[tuple[int, int], str] = {}
+    for index in range(len(history) - 1, -1, -1):  # newest first, tail included
+        parts = history[index].parts
+        for position in range(len(parts) - 1, -1, -1):
+            part = parts[position]
+            if _dedupable(part) not in sizes:
+                continue
+            assert isinstance(part, ToolResult)
+            text = _text_of(part)
+            if text in newest:
+                if index < end:
+                    later_copy[(index, position)] = newest[text]
+            else:
+                newest[text] = part.call_id
+    return later_copy
 
 
 def _cut(text: str, keep: int) -> str:
@@ -241,33 +299,19 @@ def truncate_arguments(arguments: str, settings: PruneSettings) -> str:
 
 
 def prune(history: Sequence[Message], protect_from: int,
-          settings: PruneSettings = DEFAULT_SETTINGS) -> PruneResult:
+          settings: PruneSettings = DEFAULT_SETTINGS, *,
+          pairing: ToolPairing | None = None) -> PruneResult:
     """Apply phase 1's rules to the messages before ``protect_from`` (module doc).
 
     ``protect_from`` is the index of the first protected (tail) message; 0 protects all,
-    ``len(history)`` or more protects none.
+    ``len(history)`` or more protects none. ``pairing``, when the caller has it already,
+    is ``tool_pairs`` of ``history`` (or of any prefix of it reaching ``protect_from``).
+    The cost is that of the messages rewritten plus one look at every tool result.
     """
     threshold = max(settings.result_chars, STAND_IN_MAX_CHARS)
     end = max(0, min(protect_from, len(history)))
-    calls = _calls_by_result(history)
-    # Dedupe: the newest copy of each text, scanning newest first, tail included.
-    newest: dict[str, str] = {}
-    later_copy: dict[tuple[int, int], str] = {}
-    for index in range(len(history) - 1, -1, -1):
-        for position in range(len(history[index].parts) - 1, -1, -1):
-            part = history[index].parts[position]
-            if not isinstance(part, ToolResult) or not part.parts:
-                continue
-            if not all(isinstance(inner, Text) for inner in part.parts):
-                continue
-            text = _text_of(part)
-            if len(text) <= threshold:
-                continue
-            if text in newest:
-                if index < end:
-                    later_copy[(index, position)] = newest[text]
-            else:
-                newest[text] = part.call_id
+    calls = _calls_by_result(history, end, pairing)
+    later_copy = _later_copies(history, end, threshold)
     events: list[PruneEvent] = []
     out: list[Message] = list(history)
     for index in range(end):
@@ -284,7 +328,7 @@ def prune(history: Sequence[Message], protect_from: int,
             parts.append(new)
         if any(new is not old for new, old in zip(parts, message.parts, strict=True)):
             out[index] = Message(message.role, tuple(parts), message.wire)
-    return PruneResult(tuple(out), tuple(events), history_chars(history), history_chars(out))
+    return PruneResult(tuple(out), tuple(events))
 
 
 def _call_id(part: Part) -> str:

@@ -108,6 +108,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     overrides: dict[str, int] = msgspec.field(default_factory=dict)
     pinned: frozenset[str] = PINNED_TOOLS
 
+    @property
+    def smallest(self) -> int:
+        """The lowest threshold of any tool: no result this long or shorter is spilled."""
+        return min([self.result_size_chars, *self.overrides.values()])
+
     def threshold(self, tool_name: str) -> int | None:
         """The length above which a result of ``tool_name`` is spilled; None = never."""
         if tool_name in self.pinned:
@@ -277,6 +282,12 @@ def plan_turn(
     decided: dict[int, SpillDecision] = {}
     sizes = [len(content) for _, content, _ in results]
     before = sum(sizes)
+    smallest = limits.smallest if limits.overrides else limits.result_size_chars
+    if before <= limits.turn_budget_chars and (not sizes or max(sizes) <= smallest):
+        # Nothing over any threshold, the turn within budget: the common case, decided
+        # without a look at each tool.
+        return TurnPlan(spills=(), chars_before=before, chars_after=before,
+                        budget=limits.turn_budget_chars)
     candidates: list[int] = []
     for index, (tool, content, spilled) in enumerate(results):
         threshold = limits.threshold(tool)

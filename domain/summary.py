@@ -61,7 +61,9 @@ Decisions (the issue is silent on them):
 """
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from itertools import accumulate
 
 import msgspec
 from sessionwarden.domain import prune_lines
@@ -152,24 +154,34 @@ def bound(summary: Summary, max_chars: int) -> Summary:
     the pending asks are never cut (module doc).
     """
     limit = max(max_chars, MIN_MAX_CHARS)
-    sections = {field: list(getattr(summary, field)) for field, _ in SECTIONS}
+    sections = {field: getattr(summary, field) for field, _ in SECTIONS}
     headings = dict(SECTIONS)
     sizes = {field: _section_chars(headings[field], sections[field]) for field in sections}
     total = len(HEADER) + sum(sizes.values())
-    cut = False
+    if total <= limit:
+        return summary
+    first = dict.fromkeys(sections, 0)  # the oldest line still kept, per section
+    order = [field for field, _ in SECTIONS if field not in _KEPT]
     while total > limit:
-        candidates = [field for field, _ in SECTIONS if field not in _KEPT and sections[field]]
+        candidates = [field for field in order if first[field] < len(sections[field])]
         if not candidates:
             break
         field = max(candidates, key=lambda name: sizes[name])  # first of equals: stable
-        sections[field].pop(0)
-        total -= sizes[field]
-        sizes[field] = _section_chars(headings[field], sections[field])
-        total += sizes[field]
-        cut = True
-    if not cut:
-        return summary
-    return Summary(**{field: tuple(lines) for field, lines in sections.items()})
+        # It stays the one cut while it is longer than every other candidate (or as long
+        # as one that comes after it): cut its lines in a row, the others do not change.
+        rivals = [sizes[name] + (order.index(name) < order.index(field))
+                  for name in candidates if name != field]
+        beat = max(rivals, default=-1)  # it must stay >= beat to be cut again
+        lines = sections[field]
+        while total > limit and first[field] < len(lines) and sizes[field] >= beat:
+            total -= len(lines[first[field]]) + 3
+            sizes[field] -= len(lines[first[field]]) + 3
+            first[field] += 1
+            if first[field] == len(lines):  # the heading goes with the last line
+                total -= sizes[field]
+                sizes[field] = 0
+    return Summary(**{field: tuple(lines[first[field]:]) if field in first else lines
+                      for field, lines in sections.items()})
 
 
 # ------------------------------------------------------------------------ heuristics
@@ -192,9 +204,22 @@ _EXTENSION = (r"\.(?:py|pyi|md|rst|txt|toml|json|yaml|yml|ini|cfg|js|jsx|ts|tsx|
 _PATH = re.compile(
     r"(?<![\w/.~-])((?:~|\.{1,2})?/(?:[\w.-]+/)*[\w.-]*\w"
     r"|(?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*" + _EXTENSION + r")(?![\w/])")
+_EXTENSION_END = re.compile(_EXTENSION + r"(?![\w/])")
+# Where _CONSTRAINT, _DECISION and _CRITICAL may match a sentence, looked for in the
+# folded text at once (one pattern stands for those it is part of: "must" for
+# "mustn't", "decide" for "decided"; a sentence is flattened, hence the \s+).
+_CONSTRAINT_CUES = re.compile(r"must|don't|do\s+not|never|always|only|should\s+not|"
+                              r"shouldn't|make\s+sure|avoid|require")
+_DECISION_CUES = re.compile(r"decide|we\s+will|we'll|let's|go\s+with|going\s+with|chose|"
+                            r"choose|instead\s+of|plan\s+is")
+_CRITICAL_CUES = re.compile(r"important|remember|note\s+that|critical|warning")
 _PATH_KEYS = ("path", "file_path", "filename", "file", "target_file", "paths", "files",
               "filepath", "output_path", "source", "destination")
 _decode = msgspec.json.Decoder().decode
+#: Where ``_EXIT`` and ``_ERROR`` can match: at one of these, case-insensitively.
+_WORDS = ("exit", "error", "traceback", "exception", "failed", "fatal")
+#: What ``str.splitlines`` splits on.
+_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 def _text(parts: Iterable[object]) -> str:
@@ -223,17 +248,64 @@ def _argument_paths(arguments: str) -> list[str]:
 
 
 def _text_paths(text: str) -> list[str]:
-    return [prune_lines.clip(match, LINE_CHARS)
-            for match in _PATH.findall(_URL.sub(" ", text))]
+    if "://" in text:
+        text = _URL.sub(" ", text)
+    if "/" not in text and not _EXTENSION_END.search(text):
+        return []  # a path has a slash or ends in an extension: no need to look
+    return [prune_lines.clip(match, LINE_CHARS) for match in _PATH.findall(text)]
 
 
 def _failure(text: str) -> str:
-    """The first line of ``text`` saying the tool failed, or ``""``."""
-    for line in text.splitlines():
-        found = _EXIT.search(line)
-        if (found and found.group(1).lstrip("-") != "0") or _ERROR.search(line):
-            return prune_lines.clip(line, LINE_CHARS)
-    return ""
+    """The first line of ``text`` saying the tool failed, or ``""``.
+
+    A line fails when its first ``exit`` match gives a non-zero code or a failure word
+    is in it. Both patterns start with one of :data:`_WORDS`, so they are tried only
+    where the folded text has one (``prune_lines.fold``): an output of 100,000
+    characters costs a few substring searches, not two regex scans of every line.
+    """
+    low = prune_lines.fold(text)
+    found = {word: low.find(word) for word in _WORDS}  # the next of each, -1: no more
+    nearest = min((at for at in found.values() if at >= 0), default=-1)
+    if nearest < 0:
+        return ""
+    lines = text.splitlines(keepends=True)
+    ends = list(accumulate(map(len, lines)))
+    index = bisect_right(ends, nearest)
+    while True:
+        line = lines[index]
+        end = ends[index]
+        body = len(line) - (2 if line.endswith("\r\n") else 1 if line[-1] in _BREAKS else 0)
+        if _fails(text, low, found, end - len(line) + body):
+            return prune_lines.clip(line if body == len(line) else line[:body], LINE_CHARS)
+        for word, at in found.items():  # past this line
+            if 0 <= at < end:
+                found[word] = low.find(word, end)
+        nearest = min((at for at in found.values() if at >= 0), default=-1)
+        if nearest < 0:
+            return ""
+        index = bisect_right(ends, nearest, index + 1)
+
+
+def _fails(text: str, low: str, found: dict[str, int], end: int) -> bool:
+    """Whether the line ending at ``end`` fails, as ``_failure`` reads a line.
+
+    ``found`` holds the next position of each word, none of them before the line.
+    """
+    at = found["exit"]
+    while 0 <= at < end:
+        match = _EXIT.match(text, at, end)  # the first match is what a search finds
+        if match:
+            if match.group(1).lstrip("-") != "0":
+                return True
+            break
+        at = found["exit"] = low.find("exit", at + 1)
+    for word in _WORDS[1:]:
+        at = found[word]
+        while 0 <= at < end:
+            if _ERROR.match(text, at, end):
+                return True
+            at = found[word] = low.find(word, at + 1)
+    return False
 
 
 class _Builder:
@@ -248,14 +320,21 @@ class _Builder:
             self.lines[field].setdefault(line)
 
     def read_text(self, role: str, text: str) -> None:
-        for sentence in _sentences(text):
-            if _CRITICAL.search(sentence):
-                self.add("critical_context", sentence)
-            if role == "user" and _CONSTRAINT.search(sentence):
-                self.add("constraints", sentence)
-            elif _DECISION.search(sentence) or (role == "assistant"
-                                                and _CONSTRAINT.search(sentence)):
-                self.add("decisions", sentence)
+        # Each cue pattern matches a sentence only where its words are in the text: most
+        # texts have none, and their sentences need not be searched.
+        low = prune_lines.fold(text)
+        critical = _CRITICAL_CUES.search(low) is not None
+        constraint = _CONSTRAINT_CUES.search(low) is not None
+        decision = _DECISION_CUES.search(low) is not None
+        if critical or constraint or decision:
+            for sentence in _sentences(text):
+                if critical and _CRITICAL.search(sentence):
+                    self.add("critical_context", sentence)
+                if role == "user" and constraint and _CONSTRAINT.search(sentence):
+                    self.add("constraints", sentence)
+                elif (decision and _DECISION.search(sentence)) or (
+                        role == "assistant" and constraint and _CONSTRAINT.search(sentence)):
+                    self.add("decisions", sentence)
         for path in _text_paths(text):
             self.add("relevant_files", path)
 

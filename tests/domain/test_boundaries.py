@@ -336,3 +336,12 @@ def test_cut_and_assembly_properties(wire: list[dict[str, Any]],
     expected = [m for i, m in enumerate(head) if i not in orphan_results(head)]
     expected += [m for i, m in enumerate(tail) if i not in orphan_results(tail)]
     assert [content_hash(m) for m in kept] == [content_hash(m) for m in expected]
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories(), boundary_settings)
+def test_a_given_pairing_cuts_as_the_one_computed(wire: list[dict[str, Any]],
+                                                  rules: BoundarySettings) -> None:
+    history = to_neutral(wire)
+    assert choose_cut(history, rules, chars4, pairing=tool_pairs(history)) == choose_cut(
+        history, rules, chars4)

@@ -1,6 +1,7 @@
 """Compression phase 1: dedupe, one-line summaries and argument truncation, without a model."""
 
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -25,7 +26,15 @@ from sessionwarden.domain.prune import (
     prune,
     truncate_arguments,
 )
-from sessionwarden.domain.prune_lines import clip, dedupe_note, summary
+from sessionwarden.domain.prune_lines import (
+    clip,
+    count_lines,
+    dedupe_note,
+    exit_code,
+    fold,
+    main_text,
+    summary,
+)
 from sessionwarden.upstream.chat_messages import from_neutral, to_neutral
 
 BIG = "line of output\n" * 40  # 600 chars, over the default threshold
@@ -337,3 +346,66 @@ def test_truncated_arguments_are_json_shorter_and_stable(value: Any, arguments_c
             assert len(cut) < len(arguments)
         assert truncate_arguments(cut, limits) == cut
     assert len("…[999999999 chars cut]") <= CUT_SLACK_CHARS
+
+
+def test_summaries_of_json_envelopes_count_the_lines_of_their_main_text() -> None:
+    # Hermes-style tool results: the whole output inside one JSON object, on one line.
+    read = json.dumps({"content": "     1|a\n     2|b\n     3|c\n", "total_lines": 3})
+    assert summary("read_file", '{"path": "a.py"}', read) == (
+        f"[read_file] a.py → 3 lines, {len(read)} chars")
+    term = json.dumps({"output": "x\ny\n", "exit_code": 2, "error": None})
+    assert summary("terminal", '{"command": "make"}', term) == (
+        "[terminal] $ make → exit 2, 2 lines of output")
+    both = json.dumps({"stdout": "1\n2\n3\n4", "content": "one line"})
+    assert summary("lookup", "{}", both).endswith("→ 4 lines, " + f"{len(both)} chars")
+    found = json.dumps({"total_count": 2, "matches": [{"path": "a.py"}, {"path": "b.py"}]})
+    assert summary("search_files", '{"pattern": "x"}', found) == "[search_files] 'x' in . → 2 lines"
+    edited = json.dumps({"output": "\n  Applied 1 hunk\nok"})
+    assert summary("patch", '{"path": "a.py"}', edited) == "[patch] a.py → Applied 1 hunk"
+    # Not an envelope: counted as text (a JSON list, an object without a text field,
+    # broken JSON, a non-string main field).
+    for text in ('[1,\n2]', '{"bytes_written": 5,\n"x": 1}', '{"output": "a\\nb",\n]',
+                 '{"output": 3,\n"content": null}'):
+        lines = text.count("\n") + 1
+        assert summary("lookup", "{}", text).startswith(f"[lookup] → {lines} lines")
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories(), st.data())
+def test_a_given_pairing_prunes_as_the_one_computed(history: list[Message],
+                                                    data: st.DataObject) -> None:
+    protect_from = data.draw(st.integers(0, len(history) + 1))
+    assert prune(history, protect_from, pairing=tool_pairs(history)) == prune(
+        history, protect_from)
+
+
+# Texts made of what the line helpers must get right: every line break str.splitlines
+# knows, whitespace runs, "exit" in any case (and the letters IGNORECASE folds into
+# ASCII: İ ı ſ K), codes, quotes and separators.
+_PIECES = ["exit", "EXIT", "ExIt", "exİt", "exıt", "code", " code", "_code", "status",
+           '"', ":", "=", " ", "   ", "\t", "\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c",
+           "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "0", "2", "-", "x", "é", "word" * 30]
+_line_texts = st.lists(st.sampled_from(_PIECES), max_size=60).map("".join)
+_EXIT_PATTERN = re.compile(r'"?exit[ _]?(?:code|status)?"?\s*[:=]?\s*(-?\d+)', re.IGNORECASE)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_line_texts, st.integers(1, 300))
+def test_line_helpers_agree_with_their_plain_definitions(text: str, limit: int) -> None:
+    assert count_lines(text) == len(text.splitlines())
+    flat = re.sub(r"\s+", " ", text).strip()
+    assert clip(text, limit) == (flat if len(flat) <= limit else flat[:limit - 1] + "…")
+    found = _EXIT_PATTERN.search(text)
+    assert exit_code(text) == (found.group(1) if found else "")
+    folded = fold(text)
+    assert len(folded) == len(text)
+    for word in ("exit", "code", "status"):  # every case-insensitive match is found
+        starts = {m.start() for m in re.finditer(word, text, re.IGNORECASE)}
+        assert starts <= {i for i in range(len(text)) if folded.startswith(word, i)}
+
+
+def test_clip_of_a_long_text_flattens_only_what_it_keeps() -> None:
+    text = " \n " + "word \t\n " * 50_000 + "end"
+    assert clip(text, 20) == "word word word word…"
+    assert clip(" " * 100_000 + "a  b", 10) == "a b"
+    assert main_text("{}") == "{}" and main_text('{"content": "x"}') == "x"

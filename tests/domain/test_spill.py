@@ -269,3 +269,15 @@ def test_preview_is_a_bounded_prefix_cut_on_a_line_when_it_can(content: str, bud
     assert text == spilled_text(content, path, budget)  # deterministic
     assert truncated_text(content, budget).startswith(head + "\n" + TRUNCATION_MARKER)
     assert re.fullmatch(r"[0-9a-f]{64}\.txt", spill_name(content))
+
+
+def test_the_smallest_threshold_counts_the_overrides() -> None:
+    limits = Limits(result_size_chars=1_000, turn_budget_chars=9_000, preview_chars=100,
+                    overrides={"a": 300, "b": 5_000})
+    assert limits.smallest == 300
+    assert Limits(result_size_chars=1_000, turn_budget_chars=9_000,
+                  preview_chars=100).smallest == 1_000
+    # at the smallest threshold nothing spills; one character over, the tool's own counts
+    assert plan_turn([("a", "x" * 300, False)], limits, DIR).spills == ()
+    assert [s.index for s in plan_turn([("b", "x" * 900, False), ("a", "x" * 301, False)],
+                                       limits, DIR).spills] == [1]

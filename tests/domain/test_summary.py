@@ -1,3 +1,4 @@
+import json
 from typing import Any
 
 from hypothesis import given, settings
@@ -305,3 +306,51 @@ def test_legacy_calls_without_ids_pair_in_order() -> None:
     ])
     assert summary.completed_actions == ("[bash] $ ls → exit ?, 1 lines of output",)
     assert summary.active_state == ()
+
+
+# ------------------------------------------------------------------------ long outputs
+
+
+def blocked_by(output: str) -> tuple[str, ...]:
+    return summarise([call("c1", "terminal", '{"command": "t"}'), result("c1", output)]).blocked
+
+
+def test_the_failing_line_is_found_in_long_and_odd_outputs() -> None:
+    ok = "all good here\n" * 5_000
+    assert blocked_by(ok) == ()
+    # the first failing line, whatever breaks the lines (str.splitlines' set)
+    for brk in ("\n", "\r\n", "\r", "\x0b", "\x1c", "\u2028"):
+        found = blocked_by(ok.replace("\n", brk) + "FATAL: disk full" + brk + "more" * 9)
+        assert found and found[0].endswith(" — FATAL: disk full")
+    # a line's first exit code decides: 0 then 3 on one line is not a failure
+    assert blocked_by("exit 0 then exit 3\n" + ok) == ()
+    assert blocked_by("step\nExit Code: 3 and exit 0\n")[0].endswith(
+        " — Exit Code: 3 and exit 0")
+    # words count only as words, in any case
+    assert blocked_by("no errors, stderr empty, TRACEBACKs none\n" * 100) == ()
+    assert blocked_by("x" * 200_000 + " TraceBack")[0].endswith("x…")
+
+
+def test_a_json_envelope_result_is_one_line_with_its_outcome() -> None:
+    output = json.dumps({"output": "line\n" * 2_000, "exit_code": 0, "error": None})
+    summary = summarise([call("c1", "terminal", '{"command": "make"}'), result("c1", output)])
+    assert summary.completed_actions == ("[terminal] $ make → exit 0, 2,000 lines of output",)
+    assert len(summary.blocked) == 1  # '"error": null' is a failure word (the heuristic's)
+
+
+def test_every_cue_is_found_whatever_its_case_and_spacing() -> None:
+    cues = {
+        "constraints": ["must", "mustn't", "don't", "do not", "never", "always", "only",
+                        "should not", "shouldn't", "make sure", "avoid", "require",
+                        "required"],
+        "decisions": ["decided", "decide", "we will", "we'll", "let's", "go with",
+                      "going with", "chose", "choose", "instead of", "plan is"],
+        "critical_context": ["important", "remember", "note that", "critical", "warning"],
+    }
+    for field, words in cues.items():
+        for word in words:
+            for spelled in (word, word.upper(), word.replace(" ", " \t  ")):
+                role = "assistant" if field == "decisions" else "user"
+                text = f"Plain words first. Then {spelled} here."
+                found = getattr(summarise([{"role": role, "content": text}]), field)
+                assert found == (f"Then {' '.join(spelled.split())} here.",), (field, spelled)
