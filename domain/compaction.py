@@ -44,6 +44,7 @@ from sessionwarden.domain.messages import (
     Opaque,
     Text,
     ToolCall,
+    ToolPairing,
     ToolResult,
     tool_calls,
     tool_pairs,
@@ -101,7 +102,8 @@ def _anchor_indices(messages: Sequence[Message]) -> list[int]:
     return sorted(i for i in (request, text) if i is not None)
 
 
-def _pinnable(messages: Sequence[Message], cut: Cut) -> list[Message] | None:
+def _pinnable(messages: Sequence[Message], cut: Cut, pairing: ToolPairing
+              ) -> list[Message] | None:
     """The anchors to pin after ``cut``'s head, in order; None if that cut will not do.
 
     It will not when an anchor in the middle is an assistant text that also calls tools
@@ -113,7 +115,7 @@ def _pinnable(messages: Sequence[Message], cut: Cut) -> list[Message] | None:
         return None
     anchors = _anchor_indices(messages)
     orphans: dict[int, int] = {}
-    for index, _ in tool_pairs(messages).orphan_results:
+    for index, _ in pairing.orphan_results:
         orphans[index] = orphans.get(index, 0) + 1
     first = cut.tail_start  # the first tail message repair keeps: it may get the summary
     while first < len(messages) and orphans.get(first, -1) == len(messages[first].parts):
@@ -160,14 +162,22 @@ class Compaction(NamedTuple):
 
 
 def prepare(history: GovernedHistory, client_items: Sequence[bytes], codec: ItemCodec,
-            compression: CompressionConfig, threshold: int) -> Prepared | None:
-    """Cut and prune ``history``; None when there is nothing to summarise."""
+            compression: CompressionConfig, threshold: int,
+            known: Sequence[Message] = ()) -> Prepared | None:
+    """Cut and prune ``history``; None when there is nothing to summarise.
+
+    ``known`` are the last items already read (the call's new ones, as governed): only
+    the others are read again.
+    """
+    known = known[-len(history.items):] if history.items else ()
     messages: list[Message] = []
-    for raw in history.forwarded(client_items):
+    raws = history.forwarded(client_items)
+    for raw in raws[:len(raws) - len(known)]:
         read = codec.read_item(raw)
         if isinstance(read, str):  # every item was read once already; never expected
             return None
         messages.append(read)
+    messages.extend(known)
     tokens = {id(m): item.tokens for m, item in zip(messages, history.items, strict=True)}
     settings = BoundarySettings(
         protect_first_n=compression.protect_first_n if not history.compressed else 0,
@@ -176,7 +186,8 @@ def prepare(history: GovernedHistory, client_items: Sequence[bytes], codec: Item
     def estimate(message: Message) -> int:
         return tokens.get(id(message)) or tokens_of(message)
 
-    cut = choose_cut(messages, settings, estimate, is_summary=is_summary)
+    pairing = tool_pairs(messages)  # one pairing for both cuts and phase 1
+    cut = choose_cut(messages, settings, estimate, is_summary=is_summary, pairing=pairing)
     pinned: list[Message] = []
     ceiling = settings.tail_budget_tokens * settings.ceiling_factor
     if sum(estimate(m) for m in messages[cut.tail_start:]) > ceiling:
@@ -184,8 +195,9 @@ def prepare(history: GovernedHistory, client_items: Sequence[bytes], codec: Item
         # hundred tool turns after one ask would all stay verbatim. Cut on the budget
         # alone, and keep the anchors that land in the middle verbatim just after the
         # head instead (they came before what the summary covers).
-        alone = choose_cut(messages, settings, estimate, is_summary=lambda m: True)
-        pinned_here = _pinnable(messages, alone)
+        alone = choose_cut(messages, settings, estimate, is_summary=lambda m: True,
+                           pairing=pairing)
+        pinned_here = _pinnable(messages, alone, pairing)
         if pinned_here is not None:
             cut, pinned = alone, pinned_here
     if cut.empty:
@@ -193,7 +205,7 @@ def prepare(history: GovernedHistory, client_items: Sequence[bytes], codec: Item
     # Phase 1 rewrites the head, but never from an anchor on: the newest request and
     # assistant text reach the model byte for byte wherever they are.
     anchors = [i for i in _anchor_indices(messages) if i < cut.head_end]
-    pruned = prune(messages, min([cut.head_end, *anchors]))
+    pruned = prune(messages, min([cut.head_end, *anchors]), pairing=pairing)
     head = [*pruned.messages[:cut.head_end], *pinned]
     # The summary reads the pinned anchors too (kept verbatim as well): without the
     # answer and the request, an older ask would read as pending and the task be lost.

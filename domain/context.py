@@ -189,7 +189,8 @@ def _extend(settings: ContextSettings, state: SessionState, call: _Call,
         return _record(settings, call, history, kept, events, update, fixed, system_tokens)
 
     return compress_step(settings.config, state, call.request, call.rest, codec, history,
-                         call.kept, [*call.events, *spill_events], fixed, now, done)
+                         call.kept, [*call.events, *spill_events], fixed, now, done,
+                         known=[message for message, _ in governed])
 
 
 def _system_tokens(call: _Call) -> int:

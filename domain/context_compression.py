@@ -37,6 +37,7 @@ from sessionwarden.domain.compression import (
 )
 from sessionwarden.domain.conversation import ItemCodec
 from sessionwarden.domain.history import ContextUpdate, GovernedHistory
+from sessionwarden.domain.messages import Message
 from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.summariser import (
     SummariserHealth,
@@ -62,12 +63,13 @@ Done = Callable[[GovernedHistory, int, list[Event], ContextUpdate], StageResult]
 def compress_step(config: Config, state: SessionState, request: CallRequest,
                   client_items: Sequence[bytes], codec: ItemCodec, history: GovernedHistory,
                   kept: int, events: list[Event], fixed: int, now: datetime,
-                  done: Done) -> StageResult:
+                  done: Done, known: Sequence[Message] = ()) -> StageResult:
     """Compress ``history`` if due (module doc), then ``done(history, kept, events, update)``.
 
     ``kept`` is how many items of the previous call's history stay as they were (the
-    record's ``kept``); a compression makes it 0. ``fixed`` is the estimate of what is
-    not history (the fields, the system items).
+    record's ``kept``); a compression makes it 0. ``known``: the call's new items as
+    governed, already read (a compression reads only the others). ``fixed`` is the
+    estimate of what is not history (the fields, the system items).
     """
     compression = config.compression
     model = config.model_for(request.provider, request.model)
@@ -82,7 +84,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
     if requested is None and not (compression.enabled and should_compress(
             guard, figure, now, threshold).compress):
         return done(history, kept, events, update)
-    prepared = prepare(history, client_items, codec, compression, threshold)
+    prepared = prepare(history, client_items, codec, compression, threshold, known)
     if prepared is None:
         return done(history, kept, [*events, *_skipped(request, requested,
                                                        "nothing to summarise")], update)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import msgspec
 from sessionwarden.domain.conversation import ItemCodec
-from sessionwarden.domain.messages import Message, Text, ToolResult, tool_calls
+from sessionwarden.domain.messages import Message, Text, ToolCall, ToolResult
 from sessionwarden.domain.spill import (
     Limits,
     SpillDecision,
@@ -83,10 +83,8 @@ def _text(result: ToolResult) -> str | None:
 def plan_spills(messages: Sequence[Message], limits: Limits, spill_dir: str,
                 first: int = 0) -> SpillPlan:
     """Plan the spills of ``messages`` (a call's new ones; ``first``: the first's index)."""
-    names: dict[str, str] = {}
-    for message in messages:
-        for call in tool_calls(message):
-            names[call.id] = call.name
+    names = {part.id: part.name for message in messages for part in message.parts
+             if isinstance(part, ToolCall)}
     turns: list[list[tuple[int, int, ToolResult]]] = [[]]
     for index, message in enumerate(messages):
         if message.role in ("user", "assistant"):
