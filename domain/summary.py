@@ -286,6 +286,35 @@ def _failure(text: str) -> str:
         index = bisect_right(ends, nearest, index + 1)
 
 
+def _envelope_failure(output: str) -> str | None:
+    """The failure a JSON-envelope result reports, ``""`` for none; None if not one.
+
+    Agents' tools often answer ``{"output": …, "exit_code": 0, "error": null}``: the
+    envelope's own fields say whether the tool failed, and only its main text is
+    scanned for failure lines — the key ``"error"`` of a result that succeeded is not a
+    failure.
+    """
+    if not output.startswith("{") or not output.endswith("}"):
+        return None
+    try:
+        value = _decode(output)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    code = value.get("exit_code", value.get("returncode"))
+    error, stderr = value.get("error"), value.get("stderr")
+    error = error.strip() if isinstance(error, str) else ""
+    detail = error or (stderr.strip() if isinstance(stderr, str) else "")
+    first = detail.splitlines()[0] if detail else ""
+    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+        return prune_lines.clip(f"exit {code}" + (f": {first}" if first else ""), LINE_CHARS)
+    if error or value.get("success") is False or value.get("ok") is False:
+        return prune_lines.clip(first or "failed", LINE_CHARS)
+    main = prune_lines.main_text(output)
+    return _failure(main) if isinstance(main, str) and main is not output else ""
+
+
 def _fails(text: str, low: str, found: dict[str, int], end: int) -> bool:
     """Whether the line ending at ``end`` fails, as ``_failure`` reads a line.
 
@@ -344,7 +373,9 @@ class _Builder:
         output = _text(result.parts)
         line = prune_lines.summary(name, arguments, output)
         self.add("completed_actions", line)
-        failure = _failure(output)
+        failure = _envelope_failure(output)
+        if failure is None:
+            failure = _failure(output)
         if failure:
             self.add("blocked", prune_lines.clip(f"{line} — {failure}", 2 * LINE_CHARS))
 

@@ -335,7 +335,7 @@ def test_a_json_envelope_result_is_one_line_with_its_outcome() -> None:
     output = json.dumps({"output": "line\n" * 2_000, "exit_code": 0, "error": None})
     summary = summarise([call("c1", "terminal", '{"command": "make"}'), result("c1", output)])
     assert summary.completed_actions == ("[terminal] $ make → exit 0, 2,000 lines of output",)
-    assert len(summary.blocked) == 1  # '"error": null' is a failure word (the heuristic's)
+    assert summary.blocked == ()  # its exit code and its null error say it succeeded
 
 
 def test_every_cue_is_found_whatever_its_case_and_spacing() -> None:
@@ -354,3 +354,22 @@ def test_every_cue_is_found_whatever_its_case_and_spacing() -> None:
                 text = f"Plain words first. Then {spelled} here."
                 found = getattr(summarise([{"role": role, "content": text}]), field)
                 assert found == (f"Then {' '.join(spelled.split())} here.",), (field, spelled)
+
+
+def test_a_json_envelope_says_itself_whether_the_tool_failed() -> None:
+    def blocked(content: str) -> tuple[str, ...]:
+        calls = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "t", "type": "function",
+             "function": {"name": "terminal", "arguments": '{"command": "make"}'}}]}
+        middle = to_neutral([calls, {"role": "tool", "tool_call_id": "t", "content": content}])
+        return builtin_summary(middle, None, 8_000).blocked
+
+    ok = json.dumps({"output": "built 3 targets\nall good", "exit_code": 0, "error": None})
+    assert blocked(ok) == ()  # the key "error" of a result that succeeded is no failure
+    failed = json.dumps({"output": "cc: fatal error", "exit_code": 2, "error": None})
+    assert len(blocked(failed)) == 1 and "exit 2" in blocked(failed)[0]
+    errored = json.dumps({"output": "", "error": "file not found: a.py"})
+    assert "file not found: a.py" in blocked(errored)[0]
+    scanned = json.dumps({"output": "step 1\nTraceback (most recent call last):\n  x",
+                          "exit_code": 0})
+    assert "Traceback" in blocked(scanned)[0]  # the main text is still read
