@@ -72,8 +72,11 @@ class SpillPlan(NamedTuple):
 
 def _text(result: ToolResult) -> str | None:
     """The result's text, or None when it has parts that are not text."""
+    parts = result.parts
+    if len(parts) == 1 and type(parts[0]) is Text:
+        return parts[0].text  # the common case, without a join
     texts = []
-    for part in result.parts:
+    for part in parts:
         if not isinstance(part, Text):
             return None
         texts.append(part.text)
@@ -83,35 +86,43 @@ def _text(result: ToolResult) -> str | None:
 def plan_spills(messages: Sequence[Message], limits: Limits, spill_dir: str,
                 first: int = 0) -> SpillPlan:
     """Plan the spills of ``messages`` (a call's new ones; ``first``: the first's index)."""
-    names = {part.id: part.name for message in messages for part in message.parts
-             if isinstance(part, ToolCall)}
-    turns: list[list[tuple[int, int, ToolResult]]] = [[]]
-    for index, message in enumerate(messages):
-        if message.role in ("user", "assistant"):
-            if turns[-1]:
-                turns.append([])
-            continue
-        for position, part in enumerate(message.parts):
-            if isinstance(part, ToolResult):
-                turns[-1].append((index, position, part))
     spills: list[_Spill] = []
     files: dict[str, SpillFile] = {}
-    for turn in turns:
-        if not turn:
-            continue
-        entries = []
-        for _, _, result in turn:
-            text = _text(result)
-            tool = names.get(result.call_id) or result.name or ""
-            fixed = text is None or text.startswith(_OURS)
-            entries.append((tool, text or "", fixed))
-        plan = plan_turn(entries, limits, spill_dir)
-        for decision in plan.spills:
-            index, position, _ = turn[decision.index]
-            content = entries[decision.index][1]
-            spills.append(_Spill(index, position, entries[decision.index][0], decision,
-                                 content))
+    names: dict[str, str] | None = None  # built once a turn needs planning
+    smallest, budget = limits.smallest, limits.turn_budget_chars
+    turn: list[tuple[int, int, ToolResult, str | None]] = []
+    total = longest = 0
+
+    def plan(turn: list[tuple[int, int, ToolResult, str | None]]) -> None:
+        nonlocal names
+        if names is None:
+            names = {part.id: part.name for message in messages for part in message.parts
+                     if isinstance(part, ToolCall)}
+        entries = [(names.get(result.call_id) or result.name or "", text or "",
+                    text is None or text.startswith(_OURS)) for _, _, result, text in turn]
+        for decision in plan_turn(entries, limits, spill_dir).spills:
+            index, position, _, _ = turn[decision.index]
+            tool, content, _ = entries[decision.index]
+            spills.append(_Spill(index, position, tool, decision, content))
             files.setdefault(decision.name, SpillFile(decision.name, spill_bytes(content)))
+
+    for index, message in enumerate(messages):
+        if message.role in ("user", "assistant"):
+            # A turn ends; one under its budget with no result over the smallest limit
+            # has nothing to spill (most turns): it is not planned at all.
+            if turn and (total > budget or longest > smallest):
+                plan(turn)
+            turn, total, longest = [], 0, 0
+            continue
+        for position, part in enumerate(message.parts):
+            if type(part) is ToolResult or isinstance(part, ToolResult):
+                text = _text(part)
+                size = len(text) if text is not None else 0
+                turn.append((index, position, part, text))
+                total += size
+                longest = max(longest, size)
+    if turn and (total > budget or longest > smallest):
+        plan(turn)
     return SpillPlan(tuple(spills), tuple(files.values()), first)
 
 
