@@ -88,9 +88,11 @@ def test_context_prints_our_pass_without_hermes(tmp_path: Path) -> None:
         assert f"request body of the {name}:" in out
 
 
-def test_context_resend_prints_both_sections() -> None:
+def test_context_resend_prints_both_sections(tmp_path: Path) -> None:
+    session = synthetic_session(tmp_path / "session.json.gz")
     out = run_script(str(BENCH / "context_resend.py"), "--messages", "120", "--rounds", "1",
-                     "--warmup", "0", "--sessions", "2", "--parallel", "1")
+                     "--warmup", "0", "--sessions", "2", "--parallel", "1",
+                     "--session", str(session))
     assert "resend events (each round): none" in out
     assert "(c)/(a) governance / decode:" in out
     assert "RSS above idle with 2 live sessions:" in out and "spill directory:" in out
