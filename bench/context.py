@@ -369,9 +369,11 @@ def cold_pass(item: Input, limits: Limits, compression: CompressionConfig, thres
     """
     t0 = CLOCK()
     plan = plan_spills(item.decoded, limits, SPILL_DIR, first=item.leading)
-    apply_spills(plan, SpillOutcome(), item.decoded, CODEC, "bench")
+    spilled, _ = apply_spills(plan, SpillOutcome(), item.decoded, CODEC, "bench")
     t1 = CLOCK()
-    prepared = prepare(item.history, item.rest, item.reader, compression, threshold)
+    # As the stage passes them: the call's new items, as governed, already read.
+    prepared = prepare(item.history, item.rest, item.reader, compression, threshold,
+                       known=[message for message, _ in spilled])
     t2 = CLOCK()
     compaction = (finish(prepared, SUMMARY, CODEC, summariser="bench") if prepared is not None
                   else None)
