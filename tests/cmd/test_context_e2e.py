@@ -15,6 +15,7 @@ import httpx
 import pytest
 from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.main import main
+from sessionwarden.domain.spill import TRUNCATION_MARKER
 from sessionwarden.events import (
     CODEC,
     CallAdmitted,
@@ -368,3 +369,18 @@ def test_a_message_holding_one_of_our_keys_is_sent_but_never_stored(
     main(["replay", "--db", str(daemon.db), "--session", "leaky", "--call", "1"])
     out = capsys.readouterr().out
     assert "held an API key" in out and key not in out
+
+
+def test_a_spill_that_cannot_be_written_is_truncated_inline_and_the_call_goes_on(
+    daemon: InProcessDaemon, fake: FakeProviderServer, tmp_path: Path
+) -> None:
+    (tmp_path / "spill").write_text("a file where the spill directory should be")
+    big = lines(1500)
+    with daemon.openai(session="nospill") as client:
+        reply = client.chat.completions.create(model=MODEL, messages=history(
+            turn([("call_1", "terminal", big)])))  # type: ignore[arg-type]
+    assert reply.choices[0].message.content
+    sent = upstream(fake)[0].body["messages"][-1]["content"]
+    assert TRUNCATION_MARKER in sent and big[:1000] in sent and len(sent) < 2_500
+    [event] = spills(daemon, "nospill")
+    assert event.truncated and event.file == "" and event.error
