@@ -27,7 +27,6 @@ sent upstream, without a ``provider/`` routing prefix of ours (OpenRouter ids su
 
 from collections.abc import Mapping
 from datetime import datetime
-from decimal import Decimal
 
 import msgspec
 from sessionwarden.config import Config, PriceConfig
@@ -42,13 +41,11 @@ _INCLUDED = PriceLookup(kind="included")
 
 def _override(config: PriceConfig, library: Price | None) -> Price:
     """The override ``config`` laid over the library's ``library`` price (see the doc)."""
-    given = {kind: getattr(config, kind) for kind in _KINDS}
-    overridden = {kind for kind, value in given.items() if value is not None}
+    overridden = {kind for kind in _KINDS if getattr(config, kind) is not None}
     if library is None or overridden == set(_KINDS):
-        return Price(source=SOURCE_OVERRIDE, version="config", **given)
-    rates: dict[str, Decimal | None] = {
-        kind: given[kind] if kind in overridden else getattr(library, kind) for kind in _KINDS
-    }
+        return Price(source=SOURCE_OVERRIDE, version="config", input=config.input,
+                     output=config.output, cache_read=config.cache_read,
+                     cache_write=config.cache_write)
     tiers = tuple(
         msgspec.structs.replace(tier, **{kind: None for kind in overridden})
         for tier in library.tiers
@@ -56,9 +53,12 @@ def _override(config: PriceConfig, library: Price | None) -> Price:
     return Price(
         source=SOURCE_OVERRIDE,
         version=f"config+{library.source}",
+        input=library.input if config.input is None else config.input,
+        output=library.output if config.output is None else config.output,
+        cache_read=library.cache_read if config.cache_read is None else config.cache_read,
+        cache_write=library.cache_write if config.cache_write is None else config.cache_write,
         request=library.request,
         tiers=tuple(t for t in tiers if any(getattr(t, k) is not None for k in _KINDS)),
-        **rates,
     )
 
 
@@ -83,7 +83,8 @@ class PriceBook:
         }
 
     def lookup(self, provider: str, model: str, *, at: datetime,
-               base_url: str | None = None) -> PriceLookup:
+               base_url: str | None = None,
+               context: Mapping[str, str] | None = None) -> PriceLookup:
         """The price of ``model`` served by ``provider`` for a request made at ``at``.
 
         Args:
@@ -91,13 +92,17 @@ class PriceBook:
             model: the model id sent upstream.
             at: the request time (timezone-aware; library prices may depend on it).
             base_url: the provider's base URL; None takes it from the config.
+            context: selects the library's price variants, e.g. ``{"service_tier":
+                "flex"}`` from the ``service_tier`` an OpenAI response reports (keys and
+                values as genai-prices spells them: ``service_tier``, ``processing``,
+                ``speed``); None or empty for the standard prices.
         """
         if provider in self._included:
             return _INCLUDED
         url = base_url if base_url is not None else self._base_urls.get(provider)
         library_provider = self.library.provider_for(provider, url)
         library_price = (None if library_provider is None
-                         else self.library.price(library_provider, model, at))
+                         else self.library.price(library_provider, model, at, context))
         override = self._overrides.get((provider, model))
         if override is not None:
             return PriceLookup(kind="price", price=_override(override, library_price))

@@ -96,6 +96,8 @@ class Price(msgspec.Struct, frozen=True, kw_only=True):
         source: ``"override"``, ``"genai-prices@<version>"`` (later ``"listing@<version>"``).
         version: the version of the price data: the library version, ``"config"`` for a
             full override, ``"config+genai-prices@<version>"`` for a partial one.
+        variant: the price variant the request context selected, e.g.
+            ``"service_tier=flex"``; empty for the standard prices.
     """
 
     source: str
@@ -106,6 +108,7 @@ class Price(msgspec.Struct, frozen=True, kw_only=True):
     cache_write: Decimal | None = None
     request: Decimal | None = None
     tiers: tuple[PriceTier, ...] = ()
+    variant: str = ""
 
     def rates(self, prompt_tokens: int) -> PriceTier:
         """The rates that apply to a request of ``prompt_tokens`` prompt tokens."""

@@ -5,7 +5,7 @@ Read-only use of the price data bundled in the ``genai-prices`` wheel
 snapshot that its ``UpdatePrices`` can replace with one downloaded from GitHub; we never
 call either, and read the bundled list directly, so a lookup cannot fetch anything and
 its answer depends only on the installed version (recorded as ``genai-prices@<version>``).
-Importing the data takes about 1.5 s, so it happens once, on the first
+Importing the data takes 0.5-1.5 s, so it happens once, on the first
 :func:`load_library` call, not when this module is imported.
 
 **Which library provider prices a call** (hermes-behaviour §3.4, with its guesswork
@@ -32,22 +32,25 @@ dated ids, and its one-step fallbacks such as Azure → OpenAI).
 Its per-kind ``TieredPrices`` (a cliff: above ``start`` prompt tokens the higher price
 applies to every token of the request) become :class:`PriceTier` rows, one per distinct
 start. Prices by date (a ``ConditionalPrice`` with a start date or time of day) are
-resolved at the request time given by the caller. A model listed with no price at all
-(``:free`` models) costs $0, as in the library; one priced only in units we do not
-count (audio hours, pages) is unknown. Other units (audio, image, web searches, 1-hour
-cache writes, a separate reasoning price) are not priced here.
+resolved at the request time given by the caller; service tiers, batch processing and
+the like (the library's ``price_variants``) by a context the caller passes. A model
+listed with no price at all (``:free`` models) costs $0, as in the library; one priced
+only in units we do not count (audio hours, pages) is unknown. Other units (audio,
+image, web searches, 1-hour cache writes, a separate reasoning price) are not priced
+here.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+import msgspec
 from sessionwarden.domain.pricing import Price, PriceTier
 
 if TYPE_CHECKING:
@@ -74,8 +77,6 @@ NAME_ALIASES: dict[str, str] = {
     "azure-openai": "azure",
 }
 
-_KINDS = ("input", "output", "cache_read", "cache_write")
-_PER_REQUEST = Decimal(1000)
 
 
 class Library:
@@ -108,14 +109,25 @@ class Library:
         lowered = name.strip().lower()
         return self._by_id.get(NAME_ALIASES.get(lowered, lowered))
 
-    def price(self, provider: Provider, model: str, at: datetime) -> Price | None:
-        """The price of ``model`` at ``provider`` at time ``at``; None when not listed."""
+    def price(self, provider: Provider, model: str, at: datetime,
+              context: Mapping[str, str] | None = None) -> Price | None:
+        """The price of ``model`` at ``provider`` at time ``at``; None when not listed.
+
+        ``context`` selects the library's price variants, e.g. ``{"service_tier":
+        "flex"}`` or ``{"processing": "batch"}``; as in the library, it applies only to a
+        model of the provider itself, not to one found through a fallback provider.
+        """
         pair = (provider.id, model)
         if pair not in self._model_cache:
             self._model_cache[pair] = provider.find_model(model, all_providers=self._providers)
         info = self._model_cache[pair]
         if info is None:
             return None
+        if context and any(info is own for own in provider.models):
+            # a variant is a fresh copy each time (and may depend on the date): no cache
+            price = self.convert(info.get_prices(at, context))
+            variant = ",".join(f"{k}={v}" for k, v in sorted(context.items()))
+            return None if price is None else msgspec.structs.replace(price, variant=variant)
         model_price = info.get_prices(at)
         # get_prices returns the library's own object when no price context is given:
         # its id is stable for the process, so the conversion is done once.
@@ -158,7 +170,7 @@ def _convert(model_price: ModelPrice, source: str, version: str) -> Price | None
     }
     requests = _field(model_price, "requests_kcount")
     per_request = _at(requests, 0)
-    fee = None if per_request is None else per_request / _PER_REQUEST
+    fee = None if per_request is None else per_request.scaleb(-3)  # per 1000 requests
     if all(v is None for v in values.values()) and fee is None:
         if any(v is not None for v in model_price.__dict__.values()):
             return None  # priced only in units we do not count
@@ -168,15 +180,21 @@ def _convert(model_price: ModelPrice, source: str, version: str) -> Price | None
     starts = sorted({tier.start for value in values.values() if value is not None
                      and not isinstance(value, Decimal) for tier in value.tiers})
     tiers = tuple(
-        PriceTier(above=start, **{kind: _at(values[kind], start) for kind in _KINDS})
+        PriceTier(above=start, input=_at(values["input"], start),
+                  output=_at(values["output"], start),
+                  cache_read=_at(values["cache_read"], start),
+                  cache_write=_at(values["cache_write"], start))
         for start in starts
     )
     return Price(
-        **{kind: _at(values[kind], -1) for kind in _KINDS},
-        request=fee,
-        tiers=tiers,
         source=source,
         version=version,
+        input=_at(values["input"], -1),
+        output=_at(values["output"], -1),
+        cache_read=_at(values["cache_read"], -1),
+        cache_write=_at(values["cache_write"], -1),
+        request=fee,
+        tiers=tiers,
     )
 
 
