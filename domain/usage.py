@@ -86,6 +86,7 @@ from typing import Annotated, Literal
 import msgspec
 from sessionwarden.config import API_MODES, ApiMode
 from sessionwarden.domain.errors import UsageRejected
+from sessionwarden.domain.usage_estimate import estimate_tokens, text_chars, tokens_from_chars
 from sessionwarden.domain.usage_fields import (
     MAX_ITERATIONS,
     MAX_REPORTED_COST,
@@ -199,6 +200,7 @@ _COUNT_FIELDS = (
     "reasoning_tokens",
     "cache_write_1h_tokens",
 )
+
 
 def _with_split(
     write: int | None, split: tuple[int | None, int | None], flags: list[str]
@@ -406,62 +408,6 @@ def normalise_usage(api_mode: ApiMode, usage_block: object) -> CanonicalUsage:
             return CanonicalUsage(source="missing")
         usage = CanonicalUsage(source="provider", flags=(FLAG_INCOMPLETE,))
     return usage if cost is None else msgspec.structs.replace(usage, reported_cost=cost)
-
-
-# Keys whose values carry text a model reads or writes: message and part ``content`` /
-# ``text``, tool-call ``arguments``, Responses ``input`` / ``output`` / ``instructions``,
-# Anthropic ``system`` / ``thinking``, and whole request bodies (``messages``).
-_TEXT_KEYS = (
-    "messages",
-    "input",
-    "instructions",
-    "system",
-    "content",
-    "text",
-    "thinking",
-    "refusal",
-    "reasoning_content",
-    "tool_calls",
-    "function",
-    "arguments",
-    "output",
-)
-_MAX_DEPTH = 32
-
-
-def text_chars(messages: object) -> int:
-    """Count the characters of every text value reachable through :data:`_TEXT_KEYS`."""
-    total = 0
-    stack: list[tuple[object, int]] = [(messages, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, str):
-            total += len(node)
-        elif depth >= _MAX_DEPTH:
-            continue
-        elif isinstance(node, list | tuple):
-            stack.extend((item, depth + 1) for item in node)
-        elif isinstance(node, Mapping):
-            for key in _TEXT_KEYS:
-                value = node.get(key)
-                if value is not None:
-                    stack.append((value, depth + 1))
-    return total
-
-
-def tokens_from_chars(chars: int) -> int:
-    """Our estimate of the tokens in ``chars`` characters of text: chars / 4, rounded up."""
-    return (max(chars, 0) + 3) // 4
-
-
-def estimate_tokens(messages: object) -> int:
-    """Estimate the tokens of ``messages`` as characters / 4, rounded up, at least 1.
-
-    Accepts a string, a list of chat messages (``content`` as a string or a list of
-    content parts), Responses ``input`` items, or a whole request body. Images, tool
-    schemas and unknown keys are not counted. Never raises.
-    """
-    return max(1, (text_chars(messages) + 3) // 4)
 
 
 def estimate_usage(messages: object, output: object = None) -> CanonicalUsage:
