@@ -156,3 +156,23 @@ def test_property_folding_never_raises_and_normalising_only_rejects(seen: list[A
     except UsageRejected:
         return
     assert usage.source in ("provider", "missing")
+
+
+counts = st.integers(0, 10**6)
+
+
+@settings(max_examples=60)
+@given(start=st.tuples(counts, counts, counts, counts), deltas=st.lists(counts, max_size=4))
+def test_property_the_last_cumulative_output_wins(
+    start: tuple[int, int, int, int], deltas: list[int]
+) -> None:
+    uncached, read, written, first = start
+    events: list[Any] = [{"type": "message_start", "message": {"usage": {
+        "input_tokens": uncached, "cache_read_input_tokens": read,
+        "cache_creation_input_tokens": written, "output_tokens": first}}}]
+    events += [{"type": "message_delta", "usage": {"output_tokens": n, "input_tokens": None}}
+               for n in deltas]
+    usage = normalise_usage("anthropic_messages", fold(events).block)
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens) == (
+        uncached, read, written)
+    assert usage.output_tokens == (deltas[-1] if deltas else first)
