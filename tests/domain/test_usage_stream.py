@@ -144,7 +144,7 @@ events = st.one_of(
 )
 
 
-@settings(max_examples=150)
+@settings(max_examples=80)
 @given(st.lists(events, max_size=5))
 def test_property_folding_never_raises_and_normalising_only_rejects(seen: list[Any]) -> None:
     folded = fold(seen)
