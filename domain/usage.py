@@ -1,6 +1,6 @@
 """Canonical usage: one token-count shape for every provider API, and a rough estimator.
 
-Providers report usage in three shapes that *disagree on what "input" means*
+Providers report usage in shapes that *disagree on what "input" means*
 (reliability-and-security.md §6.1): OpenAI Chat Completions and Responses count cached
 prompt tokens *inside* the input total, Anthropic Messages counts them *beside* it.
 Mixing them up mis-bills by the cached fraction, often more than 80 %.
@@ -8,38 +8,107 @@ Mixing them up mis-bills by the cached fraction, often more than 80 %.
 **The canonical convention** (used by pricing, the ledger and budgets): the three prompt
 buckets are disjoint and each priced at its own rate::
 
-    input_tokens        prompt tokens neither read from nor written to the cache
-    cache_read_tokens   prompt tokens served from the cache
-    cache_write_tokens  prompt tokens written to the cache (Anthropic cache creation)
-    prompt_tokens       = input + cache_read + cache_write     (property)
-    output_tokens       every generated token, reasoning included
-    reasoning_tokens    the part of output_tokens spent on reasoning (a subset, not extra)
+    input_tokens           prompt tokens neither read from nor written to the cache
+    cache_read_tokens      prompt tokens served from the cache
+    cache_write_tokens     prompt tokens written to the cache (Anthropic cache creation)
+    cache_write_1h_tokens  the part of cache_write with Anthropic's 1-hour lifetime (the
+                           rest has the default 5-minute one; a 1-hour write costs more)
+    prompt_tokens          = input + cache_read + cache_write     (property)
+    output_tokens          every generated token, reasoning included
+    reasoning_tokens       the part of output_tokens spent on reasoning (a subset, not extra)
+
+**The shapes read** (hermes-behaviour.md §3.2, §3.6; the provider's own docs):
+
+- ``chat_completions``: ``prompt_tokens`` (or ``input_tokens``) *includes* the cache;
+  cache read from ``prompt_tokens_details.cached_tokens``, else OpenRouter's top-level
+  ``cache_read_input_tokens``, else DeepSeek's ``prompt_cache_hit_tokens``, else Kimi's
+  top-level ``cached_tokens``; cache write from ``prompt_tokens_details.cache_write_tokens``
+  (OpenRouter) or ``…cache_creation_input_tokens``, else the top-level
+  ``cache_creation_input_tokens`` or ``cache_write_tokens``. Each bucket is the first
+  *non-zero* value along its paths (a nested 0 beside a flat figure is not trusted over
+  it; the bug class of hermes #61871 / #65722 / #50295: provider-specific cache fields
+  read as 0). DeepSeek's ``prompt_cache_miss_tokens`` completes a missing prompt total
+  and is checked against a present one (``"prompt_parts_mismatch"``).
+- ``codex_responses``: ``input_tokens`` includes the cache; ``input_tokens_details``
+  ``cached_tokens`` (read), ``cache_write_tokens`` or ``cache_creation_tokens`` (write);
+  reasoning in ``output_tokens_details.reasoning_tokens``.
+- ``anthropic_messages``: ``input_tokens`` is *beside* ``cache_read_input_tokens`` and
+  ``cache_creation_input_tokens``, never reduced; ``cache_creation``
+  ``ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens`` split the write (a split
+  that does not add up to the write total is flagged ``"cache_split_mismatch"``; the
+  1-hour part is clamped to the total); reasoning is ``output_tokens_details``
+  ``thinking_tokens``. The ``cache_creation`` split is read on the chat wire too
+  (OpenRouter relays it).
+
+**Iterations** (Anthropic server-side compaction, tool loops, advisor and fallback
+models). ``usage.iterations[]`` reports each sampling iteration with its own counts,
+``type`` (``compaction``, ``message``, ``advisor_message``, ``fallback_message``) and, for
+some, ``model``. A compaction iteration's tokens are *not* in the top-level counts, yet
+they are billed (Anthropic's compaction docs: sum across ``iterations`` to bill; price
+libraries price them at $0, the bug this avoids). Decision: the top-level counts stay
+the ones Anthropic reports (they describe the context; ``compression`` calibrates on
+them), each iteration is normalised into its own :class:`CanonicalUsage` in
+``iterations`` (with ``iteration_type`` and ``model``), and :attr:`CanonicalUsage.billed_parts`
+says what to price: the iterations when there are any (each priced on its own, since a
+long-context tier applies per sampling step and an advisor iteration names its own
+model), else the usage itself. A usage with iterations carries the flag ``"iterations"``
+so the caller keeps the raw block until the ledger records them.
+
+**A provider-reported cost** (OpenRouter ``usage.cost``, in credits = USD) becomes
+``reported_cost``, an exact Decimal string (``repr`` of the JSON number, never float
+arithmetic). For a BYOK request (``is_byok: true``) ``cost`` is only OpenRouter's fee, so
+``cost_details.upstream_inference_cost`` (billed by the provider to the user's own key)
+is added. Pricing treats it as the ``actual`` cost and cross-checks its own figure.
 
 **Inconsistent blocks.** When an OpenAI-style block reports more cached tokens than
 prompt tokens, the reported prompt total is trusted: ``cache_read`` is clamped down to it
-(so ``input`` becomes 0, never negative) and the flag ``"cache_exceeds_input"`` is set.
-Likewise reasoning above output is clamped to output with ``"reasoning_exceeds_output"``.
-A block that reports only some of its main counters gets ``"incomplete"``.
+(so ``input`` becomes 0, never negative), then ``cache_write`` to what remains, and the
+flag ``"cache_exceeds_input"`` is set. Likewise reasoning above output is clamped to
+output with ``"reasoning_exceeds_output"``. A block that reports only some of its main
+counters gets ``"incomplete"``.
 
 **Hostile blocks.** ``None``, a missing block or one with none of the expected counters
 gives ``source="missing"`` with zeros; the caller then estimates with
 :func:`estimate_usage`. A counter that is negative, fractional, NaN, a bool, a string or
-above :data:`MAX_TOKENS_PER_FIELD` raises :class:`UsageRejected`: the caller records the
-rejection and estimates. Nothing else is ever raised for JSON-like input.
+above :data:`MAX_TOKENS_PER_FIELD` raises :class:`UsageRejected`, as do a cost that is
+not a non-negative number up to :data:`MAX_REPORTED_COST`, more than
+:data:`MAX_ITERATIONS` iterations, and an iteration ``type`` or ``model`` that is not a
+short printable string: the caller records the rejection and estimates. Every candidate
+path of a bucket is checked, not only the one used. Nothing else is ever raised for
+JSON-like input.
+
+Streams are folded into one block by :mod:`sessionwarden.domain.usage_stream`.
 """
 
-import math
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
 import msgspec
 from sessionwarden.config import API_MODES, ApiMode
 from sessionwarden.domain.errors import UsageRejected
+from sessionwarden.domain.usage_estimate import estimate_tokens, text_chars, tokens_from_chars
+from sessionwarden.domain.usage_fields import (
+    MAX_ITERATIONS,
+    MAX_REPORTED_COST,
+    MAX_TOKENS_PER_FIELD,
+    Block,
+    cache_split,
+    count,
+    details,
+    either,
+    label,
+    reported_cost,
+)
 
 __all__ = [
     "FLAG_CACHE_EXCEEDS_INPUT",
+    "FLAG_CACHE_SPLIT_MISMATCH",
     "FLAG_INCOMPLETE",
+    "FLAG_ITERATIONS",
+    "FLAG_PROMPT_PARTS_MISMATCH",
     "FLAG_REASONING_EXCEEDS_OUTPUT",
+    "MAX_ITERATIONS",
+    "MAX_REPORTED_COST",
     "MAX_TOKENS_PER_FIELD",
     "CanonicalUsage",
     "UsageSource",
@@ -53,12 +122,13 @@ __all__ = [
 #: Where the counts came from: the provider's report, our estimate, or nowhere.
 UsageSource = Literal["provider", "estimated", "missing"]
 
-#: No single request plausibly uses more tokens than this in one bucket.
-MAX_TOKENS_PER_FIELD = 10_000_000
 
 FLAG_CACHE_EXCEEDS_INPUT = "cache_exceeds_input"
 FLAG_REASONING_EXCEEDS_OUTPUT = "reasoning_exceeds_output"
 FLAG_INCOMPLETE = "incomplete"
+FLAG_CACHE_SPLIT_MISMATCH = "cache_split_mismatch"
+FLAG_PROMPT_PARTS_MISMATCH = "prompt_parts_mismatch"
+FLAG_ITERATIONS = "iterations"
 
 _Count = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -69,7 +139,16 @@ class CanonicalUsage(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         source: ``"provider"`` (reported), ``"estimated"`` (by :func:`estimate_usage`) or
             ``"missing"`` (nothing reported; all counts are 0).
+        cache_write_1h_tokens: the part of ``cache_write_tokens`` written with a 1-hour
+            lifetime (Anthropic); the rest is the default 5-minute write.
         flags: anomalies found while normalising, e.g. ``("cache_exceeds_input",)``.
+        iterations: Anthropic's sampling iterations, each normalised on its own (empty
+            when none were reported); see :attr:`billed_parts`.
+        iteration_type: for an iteration, its ``type`` (``"compaction"``, ``"message"``…).
+        model: for an iteration, the model it names (advisor and fallback iterations may
+            run on another model than the request's), else ``""``.
+        reported_cost: the provider's own figure for the request's cost in USD, an exact
+            Decimal string (OpenRouter ``usage.cost``), or None.
     """
 
     source: UsageSource
@@ -79,12 +158,19 @@ class CanonicalUsage(msgspec.Struct, frozen=True, kw_only=True):
     cache_write_tokens: _Count = 0
     reasoning_tokens: _Count = 0
     flags: tuple[str, ...] = ()
+    cache_write_1h_tokens: _Count = 0
+    iterations: tuple["CanonicalUsage", ...] = ()
+    iteration_type: str = ""
+    model: str = ""
+    reported_cost: str | None = None
 
     def __post_init__(self) -> None:
         """Reject negative counts on direct construction too (decoding checks ``ge=0``)."""
         for name in _COUNT_FIELDS:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative")
+        if self.cache_write_1h_tokens > self.cache_write_tokens:
+            raise ValueError("cache_write_1h_tokens is a part of cache_write_tokens")
 
     @property
     def prompt_tokens(self) -> int:
@@ -96,6 +182,15 @@ class CanonicalUsage(msgspec.Struct, frozen=True, kw_only=True):
         """Prompt plus output tokens (reasoning is already inside output)."""
         return self.prompt_tokens + self.output_tokens
 
+    @property
+    def billed_parts(self) -> tuple["CanonicalUsage", ...]:
+        """What to price: the iterations when any were reported, else this usage alone.
+
+        The top-level counts leave compaction iterations out, so pricing them alone
+        under-bills a compacting request; pricing both would bill twice.
+        """
+        return self.iterations or (self,)
+
 
 _COUNT_FIELDS = (
     "input_tokens",
@@ -103,90 +198,177 @@ _COUNT_FIELDS = (
     "cache_read_tokens",
     "cache_write_tokens",
     "reasoning_tokens",
+    "cache_write_1h_tokens",
 )
 
 
-def _count(block: Mapping[object, object], key: str, where: str) -> int | None:
-    """Read one counter: None when absent or null, else a validated non-negative int."""
-    value = block.get(key)
-    path = f"{where}{key}"
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise UsageRejected(path, "expected an integer, got bool")
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, float):
-        if not math.isfinite(value) or not value.is_integer():
-            raise UsageRejected(path, "expected an integer, got a fractional or non-finite number")
-        number = int(value)
-    else:
-        raise UsageRejected(path, f"expected an integer, got {type(value).__name__}")
-    if number < 0:
-        raise UsageRejected(path, "negative")
-    if number > MAX_TOKENS_PER_FIELD:
-        raise UsageRejected(path, f"absurd (above {MAX_TOKENS_PER_FIELD:,})")
-    return number
+def _with_split(
+    write: int | None, split: tuple[int | None, int | None], flags: list[str]
+) -> tuple[int | None, int]:
+    """The write total (from the split when absent) and its 1-hour part, checked."""
+    five, hour = split
+    if five is None and hour is None:
+        return write, 0
+    parts = (five or 0) + (hour or 0)
+    if write is None:
+        write = parts
+    elif parts != write:
+        flags.append(FLAG_CACHE_SPLIT_MISMATCH)
+    return write, min(hour or 0, write)
 
 
-def _details(block: Mapping[object, object], key: str) -> Mapping[object, object]:
-    """Read a nested ``*_details`` object; absent or null reads as empty."""
-    value = block.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise UsageRejected(key, f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _openai_shape(
-    block: Mapping[object, object], prompt_key: str, output_key: str
+def _settle(
+    prompt: int | None,
+    output: int | None,
+    cached: int | None,
+    write: int | None,
+    reasoning: int | None,
+    hour: int,
+    flags: list[str],
 ) -> CanonicalUsage:
-    """Chat Completions (``prompt_/completion_``) and Responses (``input_/output_``)."""
-    prompt = _count(block, prompt_key, "")
-    output = _count(block, output_key, "")
-    in_details = _details(block, f"{prompt_key}_details")
-    out_details = _details(block, f"{output_key}_details")
-    cached = _count(in_details, "cached_tokens", f"{prompt_key}_details.")
-    reasoning = _count(out_details, "reasoning_tokens", f"{output_key}_details.")
-    if prompt is None and output is None and cached is None and reasoning is None:
-        return CanonicalUsage(source="missing")
-    flags: list[str] = []
+    """OpenAI-style counts (the prompt total includes the cache) into disjoint buckets."""
     if prompt is None or output is None:
-        flags.append(FLAG_INCOMPLETE)
-    prompt, output, cached, reasoning = prompt or 0, output or 0, cached or 0, reasoning or 0
-    if cached > prompt:
+        flags.insert(0, FLAG_INCOMPLETE)
+    total, output, reasoning = prompt or 0, output or 0, reasoning or 0
+    read, written = cached or 0, write or 0
+    if read + written > total:
+        # The reported total is trusted: the cache buckets are cut down to fit in it.
         flags.append(FLAG_CACHE_EXCEEDS_INPUT)
-        cached = prompt
+        read = min(read, total)
+        written = min(written, total - read)
     if reasoning > output:
         flags.append(FLAG_REASONING_EXCEEDS_OUTPUT)
         reasoning = output
     return CanonicalUsage(
         source="provider",
-        input_tokens=prompt - cached,
+        input_tokens=total - read - written,
         output_tokens=output,
-        cache_read_tokens=cached,
+        cache_read_tokens=read,
+        cache_write_tokens=written,
+        cache_write_1h_tokens=min(hour, written),
         reasoning_tokens=reasoning,
         flags=tuple(flags),
     )
 
 
-def _anthropic_shape(block: Mapping[object, object]) -> CanonicalUsage:
-    """Anthropic Messages: ``input_tokens`` already excludes both cache buckets."""
-    uncached = _count(block, "input_tokens", "")
-    output = _count(block, "output_tokens", "")
-    cache_read = _count(block, "cache_read_input_tokens", "")
-    cache_write = _count(block, "cache_creation_input_tokens", "")
-    if uncached is None and output is None and cache_read is None and cache_write is None:
-        return CanonicalUsage(source="missing")
-    flags = (FLAG_INCOMPLETE,) if uncached is None or output is None else ()
-    return CanonicalUsage(
+def _chat_shape(block: Block) -> CanonicalUsage | None:
+    """Chat Completions and its provider variants (hermes-behaviour.md §3.2, §3.6)."""
+    prompt = either(count(block, "prompt_tokens", ""), count(block, "input_tokens", ""))
+    output = either(count(block, "completion_tokens", ""), count(block, "output_tokens", ""))
+    p_details = details(block, "prompt_tokens_details")
+    c_details = details(block, "completion_tokens_details")
+    o_details = details(block, "output_tokens_details")
+    where, c_where = "prompt_tokens_details.", "completion_tokens_details."
+    cached = either(
+        count(p_details, "cached_tokens", where),
+        count(block, "cache_read_input_tokens", ""),  # Anthropic's name, via OpenRouter
+        count(block, "prompt_cache_hit_tokens", ""),  # DeepSeek
+        count(block, "cached_tokens", ""),  # Kimi (Moonshot)
+    )
+    missed = count(block, "prompt_cache_miss_tokens", "")  # DeepSeek
+    write = either(
+        count(p_details, "cache_write_tokens", where),  # OpenRouter
+        count(p_details, "cache_creation_input_tokens", where),
+        count(block, "cache_creation_input_tokens", ""),
+        count(block, "cache_write_tokens", ""),
+    )
+    reasoning = either(
+        count(c_details, "reasoning_tokens", c_where),
+        count(o_details, "reasoning_tokens", "output_tokens_details."),
+    )
+    flags: list[str] = []
+    write, hour = _with_split(write, cache_split(block, ""), flags)
+    if all(v is None for v in (prompt, output, cached, missed, write, reasoning)):
+        return None
+    if missed is not None:
+        parts = missed + (cached or 0) + (write or 0)
+        if prompt is None:
+            prompt = parts
+        elif parts != prompt:
+            flags.append(FLAG_PROMPT_PARTS_MISMATCH)
+    return _settle(prompt, output, cached, write, reasoning, hour, flags)
+
+
+def _responses_shape(block: Block) -> CanonicalUsage | None:
+    """OpenAI Responses: ``input_tokens`` includes the cache (read and written)."""
+    prompt = count(block, "input_tokens", "")
+    output = count(block, "output_tokens", "")
+    in_details = details(block, "input_tokens_details")
+    out_details = details(block, "output_tokens_details")
+    where = "input_tokens_details."
+    cached = count(in_details, "cached_tokens", where)
+    write = either(
+        count(in_details, "cache_write_tokens", where),
+        count(in_details, "cache_creation_tokens", where),
+    )
+    reasoning = count(out_details, "reasoning_tokens", "output_tokens_details.")
+    if all(v is None for v in (prompt, output, cached, write, reasoning)):
+        return None
+    return _settle(prompt, output, cached, write, reasoning, 0, [])
+
+
+def _anthropic_counts(block: Block, where: str) -> tuple[CanonicalUsage, bool]:
+    """One Anthropic usage object (top level or iteration), and whether it had a counter.
+
+    ``input_tokens`` already excludes both cache buckets.
+    """
+    uncached = count(block, "input_tokens", where)
+    output = count(block, "output_tokens", where)
+    cache_read = count(block, "cache_read_input_tokens", where)
+    cache_write = count(block, "cache_creation_input_tokens", where)
+    out_details = details(block, "output_tokens_details", where)
+    thinking = count(out_details, "thinking_tokens", f"{where}output_tokens_details.")
+    flags: list[str] = [FLAG_INCOMPLETE] if uncached is None or output is None else []
+    cache_write, hour = _with_split(cache_write, cache_split(block, where), flags)
+    reported = any(v is not None for v in (uncached, output, cache_read, cache_write, thinking))
+    output, reasoning = output or 0, thinking or 0
+    if reasoning > output:
+        flags.append(FLAG_REASONING_EXCEEDS_OUTPUT)
+        reasoning = output
+    usage = CanonicalUsage(
         source="provider",
         input_tokens=uncached or 0,
-        output_tokens=output or 0,
+        output_tokens=output,
         cache_read_tokens=cache_read or 0,
         cache_write_tokens=cache_write or 0,
-        flags=flags,
+        cache_write_1h_tokens=hour,
+        reasoning_tokens=reasoning,
+        flags=tuple(flags),
+    )
+    return usage, reported
+
+
+def _iterations(block: Block) -> tuple[CanonicalUsage, ...]:
+    """Anthropic's ``usage.iterations[]``, each normalised (one level: no recursion)."""
+    entries = block.get("iterations")
+    if entries is None:
+        return ()
+    if not isinstance(entries, list | tuple):
+        raise UsageRejected("iterations", f"expected a list, got {type(entries).__name__}")
+    if len(entries) > MAX_ITERATIONS:
+        raise UsageRejected("iterations", f"absurd (more than {MAX_ITERATIONS})")
+    parsed = []
+    for index, entry in enumerate(entries):
+        where = f"iterations[{index}]."
+        if not isinstance(entry, Mapping):
+            raise UsageRejected(where[:-1], f"expected an object, got {type(entry).__name__}")
+        usage, _ = _anthropic_counts(entry, where)
+        parsed.append(msgspec.structs.replace(
+            usage, iteration_type=label(entry, "type", where), model=label(entry, "model", where)
+        ))
+    return tuple(parsed)
+
+
+def _anthropic_shape(block: Block) -> CanonicalUsage | None:
+    """Anthropic Messages, with its cache-write split and its iterations."""
+    usage, reported = _anthropic_counts(block, "")
+    iterations = _iterations(block)
+    if not reported and not iterations:
+        return None
+    if not iterations:
+        return usage
+    return msgspec.structs.replace(
+        usage, iterations=iterations, flags=(*usage.flags, FLAG_ITERATIONS)
     )
 
 
@@ -196,12 +378,16 @@ def normalise_usage(api_mode: ApiMode, usage_block: object) -> CanonicalUsage:
     Args:
         api_mode: the wire protocol the block came from.
         usage_block: the decoded ``usage`` JSON value (a mapping), or None when absent.
+            For a stream, the last usage-bearing chunk's block (chat), the
+            ``response.completed`` event's ``response.usage`` (Responses) or the folded
+            :class:`~sessionwarden.domain.usage_stream.AnthropicStreamUsage` block.
 
     Returns:
         The canonical counts; ``source="missing"`` (all zero) when nothing was reported.
+        A block with only a ``cost`` is ``"provider"`` and ``"incomplete"``.
 
     Raises:
-        UsageRejected: a counter or nested object cannot be trusted (see the module doc).
+        UsageRejected: a counter, cost or nested object cannot be trusted (module doc).
         ValueError: ``api_mode`` is not one of :data:`API_MODES` (a programming error).
     """
     if api_mode not in API_MODES:
@@ -211,66 +397,17 @@ def normalise_usage(api_mode: ApiMode, usage_block: object) -> CanonicalUsage:
     if not isinstance(usage_block, Mapping):
         raise UsageRejected("", f"expected an object, got {type(usage_block).__name__}")
     if api_mode == "anthropic_messages":
-        return _anthropic_shape(usage_block)
-    if api_mode == "codex_responses":
-        return _openai_shape(usage_block, "input_tokens", "output_tokens")
-    return _openai_shape(usage_block, "prompt_tokens", "completion_tokens")
-
-
-# Keys whose values carry text a model reads or writes: message and part ``content`` /
-# ``text``, tool-call ``arguments``, Responses ``input`` / ``output`` / ``instructions``,
-# Anthropic ``system`` / ``thinking``, and whole request bodies (``messages``).
-_TEXT_KEYS = (
-    "messages",
-    "input",
-    "instructions",
-    "system",
-    "content",
-    "text",
-    "thinking",
-    "refusal",
-    "reasoning_content",
-    "tool_calls",
-    "function",
-    "arguments",
-    "output",
-)
-_MAX_DEPTH = 32
-
-
-def text_chars(messages: object) -> int:
-    """Count the characters of every text value reachable through :data:`_TEXT_KEYS`."""
-    total = 0
-    stack: list[tuple[object, int]] = [(messages, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, str):
-            total += len(node)
-        elif depth >= _MAX_DEPTH:
-            continue
-        elif isinstance(node, list | tuple):
-            stack.extend((item, depth + 1) for item in node)
-        elif isinstance(node, Mapping):
-            for key in _TEXT_KEYS:
-                value = node.get(key)
-                if value is not None:
-                    stack.append((value, depth + 1))
-    return total
-
-
-def tokens_from_chars(chars: int) -> int:
-    """Our estimate of the tokens in ``chars`` characters of text: chars / 4, rounded up."""
-    return (max(chars, 0) + 3) // 4
-
-
-def estimate_tokens(messages: object) -> int:
-    """Estimate the tokens of ``messages`` as characters / 4, rounded up, at least 1.
-
-    Accepts a string, a list of chat messages (``content`` as a string or a list of
-    content parts), Responses ``input`` items, or a whole request body. Images, tool
-    schemas and unknown keys are not counted. Never raises.
-    """
-    return max(1, (text_chars(messages) + 3) // 4)
+        usage = _anthropic_shape(usage_block)
+    elif api_mode == "codex_responses":
+        usage = _responses_shape(usage_block)
+    else:
+        usage = _chat_shape(usage_block)
+    cost = reported_cost(usage_block)
+    if usage is None:
+        if cost is None:
+            return CanonicalUsage(source="missing")
+        usage = CanonicalUsage(source="provider", flags=(FLAG_INCOMPLETE,))
+    return usage if cost is None else msgspec.structs.replace(usage, reported_cost=cost)
 
 
 def estimate_usage(messages: object, output: object = None) -> CanonicalUsage:
