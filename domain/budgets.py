@@ -1,0 +1,365 @@
+"""Spend caps reserved before sending: each scope's spent and reserved money, and the rules.
+
+Issue 12, "Spend caps". The UsageLedgerActor owns one :class:`Spend` and asks
+:func:`reserve` before a call is admitted; a call whose worst-case cost does not fit
+every cap it draws from is refused *without being sent* (a :class:`Refusal`, HTTP 402).
+After the response :func:`settle` turns the reservation into the real cost; a call that
+failed or was cancelled before costing anything is freed by :func:`release`. Everything
+here is pure: the time is an argument, the state is a frozen value and every function
+returns a new one. The actor serialises the calls, so reservation is atomic: 20
+concurrent calls against a cap that fits 5 get 5 reservations and 15 refusals
+(peers.md, pain point 11: budgets overshot under concurrency).
+
+The rules:
+
+- **Worst case**: the caller computes it with ``sessionwarden.domain.worst_case`` (the
+  estimated input and the output bound at their prices, exact Decimal) and passes it in
+  :class:`BudgetCall`; None means the model has no price.
+- **Scopes** (:class:`Scope`): a call draws from its session, from each ancestor session
+  (a child named by ``X-Session-Parent`` draws from its parent's cap, recursively, so
+  an agent's subagents cannot escape it: DESIGN.md §4), from its provider's daily cap
+  and from the daily cap, the day being the UTC day of ``now``. A session's tally is its
+  subtree's spend. Every scope must fit ``spent + reserved + worst case <= cap``.
+- **Refusal codes**: ``request_exceeds_cap`` when the worst case alone is above a cap
+  (retrying cannot help), else ``cap_exhausted``; ``retry_after_s`` (seconds to the next
+  UTC midnight) only when the daily caps are the only ones in the way; an unpriced model
+  under any cap is refused with ``unpriced_model`` unless ``Caps.allow_unpriced`` (then
+  it reserves $0 and its settled cost, or ``unknown``, is counted afterwards).
+  Messages name the cap and the amounts, rounded for display (``~$0.0046``,
+  ``~$<0.0001``, as hermes-behaviour.md §3.3's label; #79220: sub-cent costs shown as
+  $0.00) and say so; the cap itself is shown exactly.
+
+Decisions where the issue is silent:
+
+- An unknown actual cost (``settle(..., None)``) keeps the reserved worst case as spent:
+  the cap must hold and nothing proves the call cost less; the tally counts it in
+  ``unknown`` so views can say the figure is an upper bound. The ledger still records the
+  call's cost as ``unknown``: only the budget is conservative.
+- A reservation settles into the scopes it was reserved in: a call reserved at 23:59 UTC
+  and answered at 00:01 is spent on the day it was sent.
+- The per-provider cap is per UTC day (an all-time cap over the log would block a
+  provider for ever once reached); a provider's prepaid balance is the credits tracker's.
+- A session's parent is the first one named for it and never changes; a parent that would
+  make a cycle is ignored (a client controls the header).
+- Reserving a call id that already holds a reservation returns that reservation
+  unchanged (a retried admission must not reserve twice); settling or releasing one that
+  holds none raises :class:`~sessionwarden.domain.errors.UnknownCall`.
+- A stream cancelled after the provider started billing is settled with its partial
+  cost (or None), not released: :func:`release` is for calls that cost nothing.
+- A past day's tallies are dropped at the first reservation of a new day once nothing is
+  reserved in them (the ledger, not this state, answers questions about past days).
+"""
+
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Literal
+
+import msgspec
+from sessionwarden.domain.errors import UnknownCall
+
+__all__ = [
+    "CODE_CAP_EXHAUSTED",
+    "CODE_REQUEST_EXCEEDS_CAP",
+    "CODE_UNPRICED_MODEL",
+    "MAX_ANCESTRY",
+    "BudgetCall",
+    "Caps",
+    "Refusal",
+    "Reservation",
+    "Reserved",
+    "Scope",
+    "Spend",
+    "Tally",
+    "display_usd",
+    "release",
+    "reserve",
+    "settle",
+]
+
+#: Ancestors followed at most (a deeper chain is cut there; no real agent nests this deep).
+MAX_ANCESTRY = 64
+
+CODE_REQUEST_EXCEEDS_CAP = "request_exceeds_cap"
+CODE_CAP_EXHAUSTED = "cap_exhausted"
+CODE_UNPRICED_MODEL = "unpriced_model"
+_ZERO = Decimal(0)
+
+
+class Scope(msgspec.Struct, frozen=True):
+    """What a cap applies to.
+
+    ``kind`` is ``"session"`` (``name`` its id; the session's whole subtree),
+    ``"provider"`` (``name`` the provider, on UTC ``day``) or ``"day"`` (``name`` the UTC
+    day, ``YYYY-MM-DD``).
+    """
+
+    kind: Literal["session", "provider", "day"]
+    name: str
+    day: str = ""
+
+    def describe(self) -> str:
+        """The cap's name in a message: ``session cap of session abc``."""
+        if self.kind == "session":
+            return f"session cap of session {self.name}"
+        if self.kind == "provider":
+            return f"daily cap of provider {self.name} for {self.day} (UTC)"
+        return f"daily cap for {self.name} (UTC)"
+
+
+class Tally(msgspec.Struct, frozen=True):
+    """A scope's money: ``spent`` (settled), ``reserved`` (in flight), ``unknown``.
+
+    ``unknown`` counts the calls of unknown cost whose worst case ``spent`` includes.
+    """
+
+    spent: Decimal = _ZERO
+    reserved: Decimal = _ZERO
+    unknown: int = 0
+
+
+class Caps(msgspec.Struct, frozen=True, kw_only=True):
+    """The caps in USD; None is no cap.
+
+    ``session_usd`` applies to every session (and its subtree) unless
+    ``session_overrides`` names the session (set through the control API; an override of
+    None lifts the cap for that session). ``provider_daily_usd`` maps a provider's name to
+    its daily cap. ``allow_unpriced`` lets a model with no price run under a cap.
+    """
+
+    session_usd: Decimal | None = None
+    session_overrides: dict[str, Decimal | None] = msgspec.field(default_factory=dict)
+    daily_usd: Decimal | None = None
+    provider_daily_usd: dict[str, Decimal] = msgspec.field(default_factory=dict)
+    allow_unpriced: bool = False
+
+    def cap(self, scope: Scope) -> Decimal | None:
+        """The cap of ``scope``, None if it has none."""
+        if scope.kind == "session":
+            if scope.name in self.session_overrides:
+                return self.session_overrides[scope.name]
+            return self.session_usd
+        if scope.kind == "provider":
+            return self.provider_daily_usd.get(scope.name)
+        return self.daily_usd
+
+
+class BudgetCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A call asking to reserve: ``worst_case`` None means its model has no price.
+
+    ``parent_session`` is the parent the session was started with (``X-Session-Parent``),
+    ``""`` for none; only the first one named for a session counts.
+    """
+
+    call_id: str
+    session_id: str
+    provider: str
+    worst_case: Decimal | None
+    parent_session: str = ""
+
+
+class Reservation(msgspec.Struct, frozen=True):
+    """Money held for one call in every scope it draws from, until settled or released."""
+
+    call_id: str
+    amount: Decimal
+    scopes: tuple[Scope, ...]
+    unpriced: bool = False
+
+
+class Spend(msgspec.Struct, frozen=True):
+    """Every scope's tally, the open reservations, the sessions' parents, the current day.
+
+    Treat it as immutable (its dicts are never changed in place: every function returns
+    a new :class:`Spend`).
+    """
+
+    tallies: dict[Scope, Tally] = msgspec.field(default_factory=dict)
+    open: dict[str, Reservation] = msgspec.field(default_factory=dict)
+    parents: dict[str, str] = msgspec.field(default_factory=dict)
+    today: str = ""
+
+    def tally(self, scope: Scope) -> Tally:
+        """The tally of ``scope`` (zero if it never spent)."""
+        return self.tallies.get(scope, _EMPTY)
+
+
+_EMPTY = Tally()
+
+
+class Reserved(msgspec.Struct, frozen=True):
+    """The call may be sent: ``spend`` holds ``reservation``."""
+
+    spend: Spend
+    reservation: Reservation
+
+
+class Refusal(msgspec.Struct, frozen=True, kw_only=True):
+    """The call must not be sent: HTTP ``status`` with an OpenAI-shaped error.
+
+    ``kind`` is the error's ``type`` and ``code`` its code; ``retry_after_s`` is set for a
+    daily cap only (the ``Retry-After`` header). ``scope``, ``cap``, ``spent``,
+    ``reserved`` and ``needed`` are the exact figures (``needed`` None: unpriced).
+    """
+
+    status: int = 402
+    kind: str = "insufficient_quota"
+    code: str
+    message: str
+    scope: Scope
+    cap: Decimal
+    spent: Decimal
+    reserved: Decimal
+    needed: Decimal | None
+    retry_after_s: int | None = None
+
+
+def display_usd(amount: Decimal) -> str:
+    """An amount rounded for display: ``~$1.23``, ``~$0.0046``, ``~$<0.0001``, ``$0.00``."""
+    if amount == 0:
+        return "$0.00"
+    if abs(amount) >= Decimal("0.01"):
+        return f"~${amount:.2f}"
+    shown = f"{amount:.4f}"
+    return f"~${shown}" if Decimal(shown) != 0 else "~$<0.0001"
+
+
+def _day(now: datetime) -> str:
+    return now.astimezone(UTC).date().isoformat()
+
+
+def _seconds_to_midnight(now: datetime) -> int:
+    utc = now.astimezone(UTC)
+    midnight = datetime.combine(utc.date() + timedelta(days=1), datetime.min.time(), UTC)
+    return max(1, math.ceil((midnight - utc).total_seconds()))
+
+
+def _ancestors(parents: Mapping[str, str], session_id: str) -> list[str]:
+    chain: list[str] = []
+    current = parents.get(session_id, "")
+    while current and current != session_id and current not in chain:
+        if len(chain) == MAX_ANCESTRY:
+            break
+        chain.append(current)
+        current = parents.get(current, "")
+    return chain
+
+
+def _with_parent(spend: Spend, call: BudgetCall) -> dict[str, str]:
+    """The parents map once ``call`` named its session's parent (first one wins, no cycle)."""
+    parent, session = call.parent_session, call.session_id
+    if not parent or session in spend.parents or parent == session:
+        return spend.parents
+    if session in _ancestors(spend.parents, parent):
+        return spend.parents
+    return {**spend.parents, session: parent}
+
+
+def _rolled_over(spend: Spend, today: str) -> dict[Scope, Tally]:
+    """The tallies without past days' scopes that hold no reservation."""
+    if spend.today == today:
+        return spend.tallies
+    return {scope: tally for scope, tally in spend.tallies.items()
+            if scope.kind == "session" or (scope.day or scope.name) >= today
+            or tally.reserved != 0}
+
+
+def _refusal(code: str, scope: Scope, cap: Decimal, tally: Tally, needed: Decimal | None,
+             now: datetime) -> Refusal:
+    held = (f"spent {display_usd(tally.spent)}, reserved {display_usd(tally.reserved)} "
+            "for calls in flight")
+    if code == CODE_UNPRICED_MODEL:
+        message = (f"the model has no price, so its cost cannot be held against the "
+                   f"{scope.describe()} (${cap}); refused without being sent "
+                   "(set [budgets] allow_unpriced = true to allow it)")
+    elif code == CODE_REQUEST_EXCEEDS_CAP:
+        message = (f"this request alone may cost up to {display_usd(needed or _ZERO)}, above "
+                   f"the {scope.describe()} (${cap}); retrying cannot help: lower max_tokens "
+                   "or the input (amounts rounded for display)")
+    else:
+        message = (f"the {scope.describe()} (${cap}) is used up: {held}; this request may "
+                   f"cost up to {display_usd(needed or _ZERO)} (amounts rounded for display)")
+    retry = (_seconds_to_midnight(now) if code == CODE_CAP_EXHAUSTED
+             and scope.kind != "session" else None)
+    return Refusal(code=code, message=message, scope=scope, cap=cap, spent=tally.spent,
+                   reserved=tally.reserved, needed=needed, retry_after_s=retry)
+
+
+def reserve(spend: Spend, caps: Caps, call: BudgetCall, now: datetime) -> Reserved | Refusal:
+    """Hold ``call``'s worst case in every scope it draws from, or refuse it.
+
+    The scopes are its session, each ancestor, its provider's day and the day of ``now``
+    (UTC). A refusal names the cap: a cap the request alone exceeds first (retrying
+    cannot help), then a used-up session cap, then a used-up daily one (with
+    ``retry_after_s``), so a ``Retry-After`` is given only when waiting can help.
+    """
+    if call.call_id in spend.open:
+        return Reserved(spend, spend.open[call.call_id])
+    today = _day(now)
+    parents = _with_parent(spend, call)
+    tallies = _rolled_over(spend, today)
+    sessions = [call.session_id, *_ancestors(parents, call.session_id)]
+    scopes = (*(Scope("session", s) for s in sessions),
+              Scope("provider", call.provider, today), Scope("day", today))
+    needed = call.worst_case
+    exhausted: list[tuple[Scope, Decimal, Tally]] = []
+    for scope in scopes:
+        cap = caps.cap(scope)
+        if cap is None:
+            continue
+        tally = tallies.get(scope, _EMPTY)
+        if needed is None:
+            if not caps.allow_unpriced:
+                return _refusal(CODE_UNPRICED_MODEL, scope, cap, tally, None, now)
+        elif needed > cap:
+            return _refusal(CODE_REQUEST_EXCEEDS_CAP, scope, cap, tally, needed, now)
+        elif tally.spent + tally.reserved + needed > cap:
+            exhausted.append((scope, cap, tally))
+    if exhausted:
+        # Sessions come first in ``scopes``; a daily cap is named only when alone in the
+        # way, so its Retry-After never promises what a session cap would still refuse.
+        scope, cap, tally = exhausted[0]
+        return _refusal(CODE_CAP_EXHAUSTED, scope, cap, tally, needed, now)
+    amount = _ZERO if needed is None else needed
+    reservation = Reservation(call.call_id, amount, scopes, unpriced=needed is None)
+    new_tallies = dict(tallies)
+    for scope in scopes:
+        old = new_tallies.get(scope, _EMPTY)
+        new_tallies[scope] = Tally(old.spent, old.reserved + amount, old.unknown)
+    return Reserved(Spend(new_tallies, {**spend.open, call.call_id: reservation}, parents,
+                          today), reservation)
+
+
+def _close(spend: Spend, reservation: Reservation, cost: Decimal, unknown: int) -> Spend:
+    held = spend.open.get(reservation.call_id)
+    if held is None or held != reservation:
+        raise UnknownCall(reservation.call_id, "holds no reservation")
+    tallies = dict(spend.tallies)
+    for scope in reservation.scopes:
+        old = tallies.get(scope, _EMPTY)
+        tallies[scope] = Tally(old.spent + cost, old.reserved - reservation.amount,
+                               old.unknown + unknown)
+    still_open = {k: v for k, v in spend.open.items() if k != reservation.call_id}
+    return Spend(tallies, still_open, spend.parents, spend.today)
+
+
+def settle(spend: Spend, reservation: Reservation, actual_cost: Decimal | None) -> Spend:
+    """The call ended with a response: its reservation becomes ``actual_cost``.
+
+    None (the cost is unknown: no price, or usage missing and not estimable) keeps the
+    reserved worst case as spent and counts the call in the tallies' ``unknown``.
+    Raises :class:`~sessionwarden.domain.errors.UnknownCall` if the call holds no
+    reservation (settled or released already).
+    """
+    if actual_cost is None:
+        return _close(spend, reservation, reservation.amount, 1)
+    return _close(spend, reservation, actual_cost, 0)
+
+
+def release(spend: Spend, reservation: Reservation) -> Spend:
+    """The call failed before costing anything, or was cancelled: free its reservation.
+
+    Raises :class:`~sessionwarden.domain.errors.UnknownCall` if it holds none.
+    """
+    return _close(spend, reservation, _ZERO, 0)

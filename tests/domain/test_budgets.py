@@ -1,0 +1,354 @@
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sessionwarden.domain.budgets import (
+    CODE_CAP_EXHAUSTED,
+    CODE_REQUEST_EXCEEDS_CAP,
+    CODE_UNPRICED_MODEL,
+    BudgetCall,
+    Caps,
+    Refusal,
+    Reservation,
+    Reserved,
+    Scope,
+    Spend,
+    display_usd,
+    release,
+    reserve,
+    settle,
+)
+from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.domain.worst_case import (
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    output_bound,
+    requested_max_tokens,
+    worst_case,
+    worst_input_price,
+)
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+DAY = "2026-12-02"
+D = Decimal
+
+
+def call(call_id: str = "c1", cost: str | None = "1", *, session: str = "s1",
+         provider: str = "openai", parent: str = "") -> BudgetCall:
+    return BudgetCall(call_id=call_id, session_id=session, provider=provider,
+                      worst_case=None if cost is None else D(cost), parent_session=parent)
+
+
+def ok(result: Reserved | Refusal) -> Reserved:
+    assert isinstance(result, Reserved), result
+    return result
+
+
+def refused(result: Reserved | Refusal) -> Refusal:
+    assert isinstance(result, Refusal), result
+    return result
+
+
+# ------------------------------------------------------------------ the worst case
+
+
+def test_worst_case_is_exact_decimal() -> None:
+    # 1,000 in at $3/M + 500 out at $15/M + a $0.01 request fee.
+    assert worst_case(1000, 500, D("3"), D("15"), D("0.01")) == D("0.0205")
+    assert worst_case(1, 1, D("0.1"), D("0.2")) == D("0.0000003")
+    assert worst_case(-5, 0, D("3"), D("15")) == 0
+
+
+def test_worst_input_price_takes_the_dearer_cache_write() -> None:
+    assert worst_input_price(D("3"), D("3.75")) == D("3.75")
+    assert worst_input_price(D("3"), None) == D("3")
+    assert worst_input_price(D("3"), D("0.3")) == D("3")
+
+
+def test_requested_max_tokens_reads_every_wire_shape() -> None:
+    assert requested_max_tokens({"max_tokens": 100, "max_completion_tokens": 50}) == 50
+    assert requested_max_tokens({"max_tokens": 100}) == 100
+    assert requested_max_tokens({"max_output_tokens": 70}) == 70
+    for bad in ({"max_tokens": True}, {"max_tokens": 0}, {"max_tokens": "9"}, {}, [1], None):
+        assert requested_max_tokens(bad) is None
+
+
+def test_output_bound_request_then_model_then_default() -> None:
+    assert output_bound(100_000, 16_384) == 16_384  # the provider cannot write more
+    assert output_bound(500, 16_384) == 500
+    assert output_bound(500, None) == 500
+    assert output_bound(None, 8_192) == 8_192
+    assert output_bound(None, None) == DEFAULT_MAX_OUTPUT_TOKENS
+
+
+def test_display_rounds_and_marks_it() -> None:
+    assert display_usd(D("1.234")) == "~$1.23"
+    assert display_usd(D("0.00464")) == "~$0.0046"
+    assert display_usd(D("0.00005")) == "~$<0.0001"
+    assert display_usd(D(0)) == "$0.00"
+
+
+# ------------------------------------------------------------------ reserving
+
+
+def test_reserve_holds_the_worst_case_in_every_scope() -> None:
+    done = ok(reserve(Spend(), Caps(session_usd=D(5)), call(cost="0.25"), NOW))
+    assert done.reservation.amount == D("0.25")
+    assert done.reservation.scopes == (Scope("session", "s1"), Scope("provider", "openai", DAY),
+                                       Scope("day", DAY))
+    for scope in done.reservation.scopes:
+        assert done.spend.tally(scope).reserved == D("0.25")
+        assert done.spend.tally(scope).spent == 0
+
+
+def test_a_request_alone_above_the_cap_cannot_be_retried() -> None:
+    no = refused(reserve(Spend(), Caps(session_usd=D("0.10")), call(cost="0.50"), NOW))
+    assert (no.status, no.kind, no.code) == (402, "insufficient_quota", CODE_REQUEST_EXCEEDS_CAP)
+    assert no.retry_after_s is None
+    assert no.scope == Scope("session", "s1") and no.cap == D("0.10")
+    assert "session cap of session s1 ($0.10)" in no.message
+    assert "~$0.50" in no.message and "retrying cannot help" in no.message
+    assert "rounded for display" in no.message
+
+
+def test_a_used_up_session_cap_has_no_retry_after() -> None:
+    caps = Caps(session_usd=D(1))
+    first = ok(reserve(Spend(), caps, call("a", "0.8"), NOW))
+    spend = settle(first.spend, first.reservation, D("0.7"))
+    no = refused(reserve(spend, caps, call("b", "0.4"), NOW))
+    assert no.code == CODE_CAP_EXHAUSTED and no.retry_after_s is None
+    assert (no.spent, no.reserved, no.needed) == (D("0.7"), 0, D("0.4"))
+    assert "is used up: spent ~$0.70" in no.message
+    # What is left still fits a smaller call.
+    ok(reserve(spend, caps, call("c", "0.3"), NOW))
+
+
+def test_a_used_up_daily_cap_retries_after_utc_midnight() -> None:
+    caps = Caps(daily_usd=D(1))
+    late = datetime(2026, 12, 2, 23, 59, 30, tzinfo=UTC)
+    spend = ok(reserve(Spend(), caps, call("a", "1"), late)).spend
+    no = refused(reserve(spend, caps, call("b", "0.01"), late))
+    assert no.code == CODE_CAP_EXHAUSTED and no.retry_after_s == 30
+    assert no.scope == Scope("day", DAY) and f"daily cap for {DAY} (UTC)" in no.message
+    # The same instant in another time zone: still 30 s to the UTC midnight.
+    elsewhere = late.astimezone(timezone(timedelta(hours=-5)))
+    assert refused(reserve(spend, caps, call("b", "0.01"), elsewhere)).retry_after_s == 30
+
+
+def test_a_daily_cap_alone_exceeded_by_the_request_has_no_retry_after() -> None:
+    no = refused(reserve(Spend(), Caps(daily_usd=D(1)), call(cost="2"), NOW))
+    assert no.code == CODE_REQUEST_EXCEEDS_CAP and no.retry_after_s is None
+
+
+def test_a_session_cap_in_the_way_is_named_before_the_daily_one() -> None:
+    caps = Caps(session_usd=D(1), daily_usd=D(1))
+    spend = ok(reserve(Spend(), caps, call("a", "1"), NOW)).spend
+    no = refused(reserve(spend, caps, call("b", "0.5"), NOW))
+    assert no.scope == Scope("session", "s1") and no.retry_after_s is None
+
+
+def test_the_provider_cap_is_per_provider_and_per_day() -> None:
+    caps = Caps(provider_daily_usd={"openai": D(1)})
+    spend = ok(reserve(Spend(), caps, call("a", "1", session="x"), NOW)).spend
+    no = refused(reserve(spend, caps, call("b", "0.1", session="y"), NOW))
+    assert no.scope == Scope("provider", "openai", DAY) and no.retry_after_s is not None
+    assert "daily cap of provider openai" in no.message
+    ok(reserve(spend, caps, call("b", "0.1", session="y", provider="anthropic"), NOW))
+    ok(reserve(spend, caps, call("b", "0.1", session="y"), NOW + timedelta(days=1)))
+
+
+def test_twenty_calls_against_a_cap_that_fits_five_send_five() -> None:
+    caps = Caps(session_usd=D("0.50"))
+    spend, sent = Spend(), 0
+    for i in range(20):
+        result = reserve(spend, caps, call(f"c{i}", "0.10"), NOW)
+        if isinstance(result, Reserved):
+            spend, sent = result.spend, sent + 1
+        else:
+            assert result.code == CODE_CAP_EXHAUSTED
+    assert sent == 5
+    assert spend.tally(Scope("session", "s1")).reserved == D("0.50")
+
+
+# ------------------------------------------------------------------ subtrees and overrides
+
+
+def test_a_child_draws_from_its_parents_cap_recursively() -> None:
+    caps = Caps(session_usd=D(1))
+    spend = ok(reserve(Spend(), caps, call("a", "0.4", session="root"), NOW)).spend
+    spend = ok(reserve(spend, caps, call("b", "0.3", session="kid", parent="root"), NOW)).spend
+    grand = ok(reserve(spend, caps, call("c", "0.2", session="grandkid", parent="kid"), NOW))
+    assert Scope("session", "root") in grand.reservation.scopes
+    assert grand.spend.tally(Scope("session", "root")).reserved == D("0.9")
+    assert grand.spend.tally(Scope("session", "kid")).reserved == D("0.5")
+    # The grandchild's own cap has room, its grandparent's has not.
+    no = refused(reserve(grand.spend, caps, call("d", "0.2", session="grandkid"), NOW))
+    assert no.scope == Scope("session", "root")
+    assert "session cap of session root" in no.message
+
+
+def test_a_sessions_parent_is_the_first_named_and_never_a_cycle() -> None:
+    caps = Caps()
+    spend = ok(reserve(Spend(), caps, call("a", session="kid", parent="p1"), NOW)).spend
+    spend = ok(reserve(spend, caps, call("b", session="kid", parent="p2"), NOW)).spend
+    assert spend.parents == {"kid": "p1"}
+    spend = ok(reserve(spend, caps, call("c", session="p1", parent="kid"), NOW)).spend
+    assert spend.parents == {"kid": "p1"}
+    spend = ok(reserve(spend, caps, call("d", session="me", parent="me"), NOW)).spend
+    assert "me" not in spend.parents
+
+
+def test_a_session_override_raises_lowers_or_lifts_its_cap() -> None:
+    big = call(cost="3")
+    assert refused(reserve(Spend(), Caps(session_usd=D(1)), big, NOW))
+    ok(reserve(Spend(), Caps(session_usd=D(1), session_overrides={"s1": D(5)}), big, NOW))
+    ok(reserve(Spend(), Caps(session_usd=D(1), session_overrides={"s1": None}), big, NOW))
+    lowered = Caps(session_overrides={"s1": D(2)})
+    assert refused(reserve(Spend(), lowered, big, NOW)).cap == D(2)
+    ok(reserve(Spend(), lowered, call(cost="3", session="other"), NOW))
+
+
+# ------------------------------------------------------------------ unpriced models
+
+
+def test_an_unpriced_model_under_a_cap_is_refused_by_default() -> None:
+    no = refused(reserve(Spend(), Caps(daily_usd=D(10)), call(cost=None), NOW))
+    assert no.code == CODE_UNPRICED_MODEL and no.status == 402 and no.needed is None
+    assert "has no price" in no.message and "allow_unpriced" in no.message
+
+
+def test_an_unpriced_model_runs_when_allowed_or_uncapped() -> None:
+    allowed = ok(reserve(Spend(), Caps(daily_usd=D(10), allow_unpriced=True), call(cost=None),
+                         NOW))
+    assert allowed.reservation.amount == 0 and allowed.reservation.unpriced
+    spend = settle(allowed.spend, allowed.reservation, None)
+    assert spend.tally(Scope("day", DAY)).unknown == 1
+    ok(reserve(Spend(), Caps(), call(cost=None), NOW))
+
+
+# ------------------------------------------------------------------ settling and releasing
+
+
+def test_settle_replaces_the_reservation_by_the_real_cost() -> None:
+    done = ok(reserve(Spend(), Caps(), call(cost="0.5"), NOW))
+    spend = settle(done.spend, done.reservation, D("0.0123"))
+    for scope in done.reservation.scopes:
+        tally = spend.tally(scope)
+        assert (tally.spent, tally.reserved, tally.unknown) == (D("0.0123"), 0, 0)
+    assert spend.open == {}
+
+
+def test_an_unknown_cost_keeps_the_worst_case_as_spent() -> None:
+    done = ok(reserve(Spend(), Caps(), call(cost="0.5"), NOW))
+    tally = settle(done.spend, done.reservation, None).tally(Scope("session", "s1"))
+    assert (tally.spent, tally.reserved, tally.unknown) == (D("0.5"), 0, 1)
+
+
+def test_release_frees_the_reservation() -> None:
+    caps = Caps(session_usd=D(1))
+    done = ok(reserve(Spend(), caps, call("a", "1"), NOW))
+    refused(reserve(done.spend, caps, call("b", "1"), NOW))
+    spend = release(done.spend, done.reservation)
+    assert spend.tally(Scope("session", "s1")).reserved == 0
+    ok(reserve(spend, caps, call("b", "1"), NOW))
+
+
+def test_a_reservation_closes_once() -> None:
+    done = ok(reserve(Spend(), Caps(), call(), NOW))
+    spend = settle(done.spend, done.reservation, D(1))
+    with pytest.raises(UnknownCall, match="c1: holds no reservation"):
+        settle(spend, done.reservation, D(1))
+    with pytest.raises(UnknownCall):
+        release(spend, done.reservation)
+    with pytest.raises(UnknownCall):
+        release(Spend(), Reservation("ghost", D(1), ()))
+
+
+def test_reserving_an_open_call_again_reserves_nothing_more() -> None:
+    done = ok(reserve(Spend(), Caps(), call(cost="1"), NOW))
+    again = ok(reserve(done.spend, Caps(), call(cost="9"), NOW))
+    assert again.reservation is done.reservation and again.spend is done.spend
+
+
+def test_a_cost_above_its_reservation_uses_the_cap_up() -> None:
+    caps = Caps(session_usd=D(1))
+    done = ok(reserve(Spend(), caps, call("a", "0.1"), NOW))
+    spend = settle(done.spend, done.reservation, D("1.2"))  # our input estimate was short
+    no = refused(reserve(spend, caps, call("b", "0.01"), NOW))
+    assert no.code == CODE_CAP_EXHAUSTED and no.spent == D("1.2")
+
+
+# ------------------------------------------------------------------ the UTC day
+
+
+def test_the_day_rolls_over_at_utc_midnight() -> None:
+    caps = Caps(daily_usd=D(1))
+    before = datetime(2026, 12, 2, 23, 59, 59, tzinfo=UTC)
+    done = ok(reserve(Spend(), caps, call("a", "1"), before))
+    spend = settle(done.spend, done.reservation, D(1))
+    refused(reserve(spend, caps, call("b", "1"), before))
+    after = ok(reserve(spend, caps, call("b", "1"), before + timedelta(seconds=1)))
+    assert after.reservation.scopes[-1] == Scope("day", "2026-12-03")
+    # Yesterday's spent-only tallies are dropped; the session's stays.
+    assert Scope("day", DAY) not in after.spend.tallies
+    assert after.spend.tally(Scope("session", "s1")).spent == D(1)
+
+
+def test_a_call_in_flight_at_midnight_settles_on_the_day_it_was_sent() -> None:
+    caps = Caps(daily_usd=D(1))
+    before = datetime(2026, 12, 2, 23, 59, 59, tzinfo=UTC)
+    late = ok(reserve(Spend(), caps, call("a", "0.5"), before))
+    spend = ok(reserve(late.spend, caps, call("b", "0.5"), before + timedelta(seconds=2))).spend
+    assert spend.tally(Scope("day", DAY)).reserved == D("0.5")  # kept: still reserved
+    spend = settle(spend, late.reservation, D("0.4"))
+    assert spend.tally(Scope("day", DAY)).spent == D("0.4")
+    assert spend.tally(Scope("day", "2026-12-03")).spent == 0
+
+
+# ------------------------------------------------------------------ the property
+
+_CAPS = Caps(session_usd=D("1.00"), session_overrides={"kid": D("0.60")}, daily_usd=D("2.00"),
+             provider_daily_usd={"openai": D("1.50")})
+_SESSIONS = [("root", ""), ("kid", "root"), ("grandkid", "kid"), ("other", "")]
+_op = st.one_of(
+    st.tuples(st.just("reserve"), st.sampled_from(_SESSIONS), st.sampled_from(["openai", "x"]),
+              st.integers(0, 80), st.integers(0, 23)),
+    st.tuples(st.just("settle"), st.integers(0, 50), st.integers(0, 100)),
+    st.tuples(st.just("release"), st.integers(0, 50)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_op, max_size=60))
+def test_no_interleaving_lets_any_scope_exceed_its_cap(ops: list[tuple[object, ...]]) -> None:
+    spend, held, n = Spend(), list[Reservation](), 0
+    for op in ops:
+        if op[0] == "reserve":
+            (session, parent), provider, cents, hour = op[1], op[2], op[3], op[4]
+            assert isinstance(session, str) and isinstance(parent, str)
+            assert isinstance(provider, str) and isinstance(cents, int)
+            assert isinstance(hour, int)
+            n += 1
+            now = NOW.replace(hour=hour) + timedelta(days=n // 20)
+            result = reserve(spend, _CAPS, call(f"c{n}", str(D(cents) / 100), session=session,
+                                                  provider=provider, parent=parent), now)
+            if isinstance(result, Reserved):
+                spend = result.spend
+                held.append(result.reservation)
+        elif held:
+            index = op[1]
+            assert isinstance(index, int)
+            reservation = held.pop(index % len(held))
+            if op[0] == "settle":
+                share = op[2]
+                assert isinstance(share, int)
+                spend = settle(spend, reservation, reservation.amount * share / 100)
+            else:
+                spend = release(spend, reservation)
+        for scope, tally in spend.tallies.items():
+            cap = _CAPS.cap(scope)
+            assert tally.reserved >= 0
+            assert cap is None or tally.spent + tally.reserved <= cap, (scope, tally)
+    assert sum((r.amount for r in held), D(0)) == sum(
+        (t.reserved for s, t in spend.tallies.items() if s.kind == "day"), D(0))
