@@ -171,6 +171,22 @@ def test_twenty_calls_against_a_cap_that_fits_five_send_five() -> None:
     assert spend.tally(Scope("session", "s1")).reserved == D("0.50")
 
 
+def test_a_new_state_leaves_the_old_one_as_it_was() -> None:
+    # Enough sessions that buckets hold several scopes and a call touches shared ones.
+    spend, kept = Spend(), []
+    for i in range(600):
+        done = ok(reserve(spend, Caps(), call(f"c{i}", "0.01", session=f"s{i}"), NOW))
+        kept.append((spend, spend.tallies(), done))
+        spend = done.spend
+    for before, tallies, done in kept[::37]:
+        assert before.tallies() == tallies
+        settled = settle(done.spend, done.reservation, D("0.002"))
+        assert done.spend.tally(Scope("session", done.reservation.scopes[0].name)).spent == 0
+        assert settled.tally(done.reservation.scopes[0]).spent == D("0.002")
+    assert len(spend.tallies()) == 602  # 600 sessions, the provider's day, the day
+    assert spend.tally(Scope("day", DAY)).reserved == D("6.00")
+
+
 # ------------------------------------------------------------------ subtrees and overrides
 
 
@@ -291,7 +307,7 @@ def test_the_day_rolls_over_at_utc_midnight() -> None:
     after = ok(reserve(spend, caps, call("b", "1"), before + timedelta(seconds=1)))
     assert after.reservation.scopes[-1] == Scope("day", "2026-12-03")
     # Yesterday's spent-only tallies are dropped; the session's stays.
-    assert Scope("day", DAY) not in after.spend.tallies
+    assert Scope("day", DAY) not in after.spend.tallies()
     assert after.spend.tally(Scope("session", "s1")).spent == D(1)
 
 
@@ -346,9 +362,9 @@ def test_no_interleaving_lets_any_scope_exceed_its_cap(ops: list[tuple[object, .
                 spend = settle(spend, reservation, reservation.amount * share / 100)
             else:
                 spend = release(spend, reservation)
-        for scope, tally in spend.tallies.items():
+        for scope, tally in spend.tallies().items():
             cap = _CAPS.cap(scope)
             assert tally.reserved >= 0
             assert cap is None or tally.spent + tally.reserved <= cap, (scope, tally)
     assert sum((r.amount for r in held), D(0)) == sum(
-        (t.reserved for s, t in spend.tallies.items() if s.kind == "day"), D(0))
+        (t.reserved for s, t in spend.tallies().items() if s.kind == "day"), D(0))
