@@ -17,7 +17,8 @@ The rules:
   :class:`BudgetCall`; None means the model has no price.
 - **Scopes** (:class:`Scope`): a call draws from its session, from each ancestor session
   (a child named by ``X-Session-Parent`` draws from its parent's cap, recursively, so
-  an agent's subagents cannot escape it: DESIGN.md §4), from its provider's daily cap
+  an agent's subagents cannot escape it: DESIGN.md §4; :func:`adopt` records a parent
+  and moves the child's subtree money into the new ancestors), from its provider's daily cap
   and from the daily cap, the day being the UTC day of ``now``. A session's tally is its
   subtree's spend. Every scope must fit ``spent + reserved + worst case <= cap``.
 - **Refusal codes**: ``request_exceeds_cap`` when the worst case alone is above a cap
@@ -35,12 +36,17 @@ Decisions where the issue is silent:
   the cap must hold and nothing proves the call cost less; the tally counts it in
   ``unknown`` so views can say the figure is an upper bound. The ledger still records the
   call's cost as ``unknown``: only the budget is conservative.
-- A reservation settles into the scopes it was reserved in: a call reserved at 23:59 UTC
-  and answered at 00:01 is spent on the day it was sent.
+- A reservation settles into the day scopes it was reserved in (a call reserved at 23:59
+  UTC and answered at 00:01 is spent on the day it was sent) and into its session's
+  ancestors as known when it settles (an adoption in between moved it there).
 - The per-provider cap is per UTC day (an all-time cap over the log would block a
   provider for ever once reached); a provider's prepaid balance is the credits tracker's.
 - A session's parent is the first one named for it and never changes; a parent that would
-  make a cycle is ignored (a client controls the header).
+  make a cycle, or a chain above :data:`MAX_ANCESTRY` sessions, is ignored (a client
+  controls the header). A parent may become known after its child spent (a subagent's
+  subagent calls before its parent did): :func:`adopt` then adds the subtree's spent and
+  reserved money to every new ancestor, even past its cap (the money is gone); the
+  ancestor's cap then refuses the next call anywhere in its subtree.
 - Reserving a call id that already holds a reservation returns that reservation
   unchanged (a retried admission must not reserve twice); settling or releasing one that
   holds none raises :class:`~sessionwarden.domain.errors.UnknownCall`.
@@ -72,13 +78,15 @@ __all__ = [
     "Scope",
     "Spend",
     "Tally",
+    "adopt",
     "display_usd",
     "release",
     "reserve",
     "settle",
 ]
 
-#: Ancestors followed at most (a deeper chain is cut there; no real agent nests this deep).
+#: The longest chain of ancestors a parent may have (no real agent nests this deep; it
+#: bounds the walk a call makes up its lineage).
 MAX_ANCESTRY = 64
 
 CODE_REQUEST_EXCEEDS_CAP = "request_exceeds_cap"
@@ -148,21 +156,24 @@ class Caps(msgspec.Struct, frozen=True, kw_only=True):
 class BudgetCall(msgspec.Struct, frozen=True, kw_only=True):
     """A call asking to reserve: ``worst_case`` None means its model has no price.
 
-    ``parent_session`` is the parent the session was started with (``X-Session-Parent``),
-    ``""`` for none; only the first one named for a session counts.
+    Its session's parent is not here: :func:`adopt` records it, before the reservation.
     """
 
     call_id: str
     session_id: str
     provider: str
     worst_case: Decimal | None
-    parent_session: str = ""
 
 
 class Reservation(msgspec.Struct, frozen=True):
-    """Money held for one call in every scope it draws from, until settled or released."""
+    """Money held for one call in every scope it draws from, until settled or released.
+
+    ``scopes`` are those it was reserved in (session, ancestors, provider's day, day);
+    it settles in its session's lineage as known then, and the same two day scopes.
+    """
 
     call_id: str
+    session_id: str
     amount: Decimal
     scopes: tuple[Scope, ...]
     unpriced: bool = False
@@ -266,25 +277,39 @@ def _seconds_to_midnight(now: datetime) -> int:
     return max(1, math.ceil((midnight - utc).total_seconds()))
 
 
-def _ancestors(parents: Mapping[str, str], session_id: str) -> list[str]:
-    chain: list[str] = []
+def _lineage(parents: Mapping[str, str], session_id: str) -> list[Scope]:
+    """The session's scope, then each ancestor's (:func:`adopt` keeps the map acyclic)."""
+    chain = [Scope("session", session_id)]
     current = parents.get(session_id, "")
-    while current and current != session_id and current not in chain:
-        if len(chain) == MAX_ANCESTRY:
-            break
-        chain.append(current)
+    while current:
+        chain.append(Scope("session", current))
         current = parents.get(current, "")
     return chain
 
 
-def _with_parent(spend: Spend, call: BudgetCall) -> dict[str, str]:
-    """The parents map once ``call`` named its session's parent (first one wins, no cycle)."""
-    parent, session = call.parent_session, call.session_id
-    if not parent or session in spend.parents or parent == session:
-        return spend.parents
-    if session in _ancestors(spend.parents, parent):
-        return spend.parents
-    return {**spend.parents, session: parent}
+def adopt(spend: Spend, session_id: str, parent_id: str) -> Spend:
+    """Record that ``session_id`` is a child of ``parent_id`` (``X-Session-Parent``).
+
+    The first parent named for a session is kept; an empty one, a cycle, or a parent
+    whose own chain is :data:`MAX_ANCESTRY` long changes nothing. The child's subtree
+    money (spent, reserved, unknown) joins the parent and each of its ancestors, so a
+    parent learned late still counts what its new descendants already spent.
+    """
+    if not parent_id or parent_id == session_id or session_id in spend.parents:
+        return spend
+    above = _lineage(spend.parents, parent_id)
+    if Scope("session", session_id) in above or len(above) >= MAX_ANCESTRY:
+        return spend
+    parents = {**spend.parents, session_id: parent_id}
+    moved = _get(spend.buckets, Scope("session", session_id))
+    if moved == _EMPTY:
+        return Spend(spend.buckets, spend.open, parents, spend.today)
+    changes = {}
+    for scope in above:
+        old = _get(spend.buckets, scope)
+        changes[scope] = Tally(old.spent + moved.spent, old.reserved + moved.reserved,
+                               old.unknown + moved.unknown)
+    return Spend(_with_tallies(spend.buckets, changes), spend.open, parents, spend.today)
 
 
 def _rolled_over(spend: Spend, today: str) -> dict[int, dict[Scope, Tally]]:
@@ -329,10 +354,8 @@ def reserve(spend: Spend, caps: Caps, call: BudgetCall, now: datetime) -> Reserv
     if call.call_id in spend.open:
         return Reserved(spend, spend.open[call.call_id])
     today = _day(now)
-    parents = _with_parent(spend, call)
     buckets = _rolled_over(spend, today)
-    sessions = [call.session_id, *_ancestors(parents, call.session_id)]
-    scopes = (*(Scope("session", s) for s in sessions),
+    scopes = (*_lineage(spend.parents, call.session_id),
               Scope("provider", call.provider, today), Scope("day", today))
     needed = call.worst_case
     exhausted: list[tuple[Scope, Decimal, Tally]] = []
@@ -354,13 +377,14 @@ def reserve(spend: Spend, caps: Caps, call: BudgetCall, now: datetime) -> Reserv
         scope, cap, tally = exhausted[0]
         return _refusal(CODE_CAP_EXHAUSTED, scope, cap, tally, needed, now)
     amount = _ZERO if needed is None else needed
-    reservation = Reservation(call.call_id, amount, scopes, unpriced=needed is None)
+    reservation = Reservation(call.call_id, call.session_id, amount, scopes,
+                              unpriced=needed is None)
     changes = {}
     for scope in scopes:
         old = _get(buckets, scope)
         changes[scope] = Tally(old.spent, old.reserved + amount, old.unknown)
     return Reserved(Spend(_with_tallies(buckets, changes),
-                          {**spend.open, call.call_id: reservation}, parents,
+                          {**spend.open, call.call_id: reservation}, spend.parents,
                           today), reservation)
 
 
@@ -369,7 +393,7 @@ def _close(spend: Spend, reservation: Reservation, cost: Decimal, unknown: int) 
     if held is None or held != reservation:
         raise UnknownCall(reservation.call_id, "holds no reservation")
     changes = {}
-    for scope in reservation.scopes:
+    for scope in (*_lineage(spend.parents, reservation.session_id), *reservation.scopes[-2:]):
         old = spend.tally(scope)
         changes[scope] = Tally(old.spent + cost, old.reserved - reservation.amount,
                                old.unknown + unknown)

@@ -8,6 +8,7 @@ from sessionwarden.domain.budgets import (
     CODE_CAP_EXHAUSTED,
     CODE_REQUEST_EXCEEDS_CAP,
     CODE_UNPRICED_MODEL,
+    MAX_ANCESTRY,
     BudgetCall,
     Caps,
     Refusal,
@@ -15,6 +16,8 @@ from sessionwarden.domain.budgets import (
     Reserved,
     Scope,
     Spend,
+    Tally,
+    adopt,
     display_usd,
     release,
     reserve,
@@ -35,9 +38,9 @@ D = Decimal
 
 
 def call(call_id: str = "c1", cost: str | None = "1", *, session: str = "s1",
-         provider: str = "openai", parent: str = "") -> BudgetCall:
+         provider: str = "openai") -> BudgetCall:
     return BudgetCall(call_id=call_id, session_id=session, provider=provider,
-                      worst_case=None if cost is None else D(cost), parent_session=parent)
+                      worst_case=None if cost is None else D(cost))
 
 
 def ok(result: Reserved | Refusal) -> Reserved:
@@ -192,9 +195,10 @@ def test_a_new_state_leaves_the_old_one_as_it_was() -> None:
 
 def test_a_child_draws_from_its_parents_cap_recursively() -> None:
     caps = Caps(session_usd=D(1))
-    spend = ok(reserve(Spend(), caps, call("a", "0.4", session="root"), NOW)).spend
-    spend = ok(reserve(spend, caps, call("b", "0.3", session="kid", parent="root"), NOW)).spend
-    grand = ok(reserve(spend, caps, call("c", "0.2", session="grandkid", parent="kid"), NOW))
+    spend = adopt(adopt(Spend(), "kid", "root"), "grandkid", "kid")
+    spend = ok(reserve(spend, caps, call("a", "0.4", session="root"), NOW)).spend
+    spend = ok(reserve(spend, caps, call("b", "0.3", session="kid"), NOW)).spend
+    grand = ok(reserve(spend, caps, call("c", "0.2", session="grandkid"), NOW))
     assert Scope("session", "root") in grand.reservation.scopes
     assert grand.spend.tally(Scope("session", "root")).reserved == D("0.9")
     assert grand.spend.tally(Scope("session", "kid")).reserved == D("0.5")
@@ -202,17 +206,42 @@ def test_a_child_draws_from_its_parents_cap_recursively() -> None:
     no = refused(reserve(grand.spend, caps, call("d", "0.2", session="grandkid"), NOW))
     assert no.scope == Scope("session", "root")
     assert "session cap of session root" in no.message
+    spend = settle(grand.spend, grand.reservation, D("0.1"))
+    assert spend.tally(Scope("session", "root")) == Tally(D("0.1"), D("0.7"), 0)
+
+
+def test_a_parent_learned_late_counts_what_its_subtree_spent() -> None:
+    caps = Caps(session_usd=D(1))
+    # The grandchild calls before its parent ever did: only "kid" is known above it.
+    spend = adopt(Spend(), "grandkid", "kid")
+    early = ok(reserve(spend, caps, call("a", "0.34", session="grandkid"), NOW))
+    spend = ok(reserve(early.spend, caps, call("b", "0.67", session="root"), NOW)).spend
+    spend = adopt(spend, "kid", "root")
+    assert spend.tally(Scope("session", "root")).reserved == D("1.01")  # past its cap
+    no = refused(reserve(spend, caps, call("c", "0.01", session="grandkid"), NOW))
+    assert no.scope == Scope("session", "root") and no.code == CODE_CAP_EXHAUSTED
+    # The early reservation settles in the lineage known now, root included.
+    spend = settle(spend, early.reservation, D("0.04"))
+    assert spend.tally(Scope("session", "root")) == Tally(D("0.04"), D("0.67"), 0)
+    assert spend.tally(Scope("session", "kid")) == Tally(D("0.04"), 0, 0)
 
 
 def test_a_sessions_parent_is_the_first_named_and_never_a_cycle() -> None:
-    caps = Caps()
-    spend = ok(reserve(Spend(), caps, call("a", session="kid", parent="p1"), NOW)).spend
-    spend = ok(reserve(spend, caps, call("b", session="kid", parent="p2"), NOW)).spend
+    spend = adopt(adopt(Spend(), "kid", "p1"), "kid", "p2")
     assert spend.parents == {"kid": "p1"}
-    spend = ok(reserve(spend, caps, call("c", session="p1", parent="kid"), NOW)).spend
-    assert spend.parents == {"kid": "p1"}
-    spend = ok(reserve(spend, caps, call("d", session="me", parent="me"), NOW)).spend
-    assert "me" not in spend.parents
+    assert adopt(spend, "p1", "kid") is spend
+    assert adopt(spend, "me", "me") is spend
+    assert adopt(spend, "me", "") is spend
+
+
+def test_a_chain_of_ancestors_is_bounded() -> None:
+    spend = Spend()
+    for depth in range(1, MAX_ANCESTRY + 5):
+        spend = adopt(spend, f"s{depth}", f"s{depth - 1}")
+    # s0 … s63 is a chain of MAX_ANCESTRY sessions: s64's parent is ignored.
+    assert f"s{MAX_ANCESTRY - 1}" in spend.parents and f"s{MAX_ANCESTRY}" not in spend.parents
+    done = ok(reserve(spend, Caps(), call(session=f"s{MAX_ANCESTRY - 1}"), NOW))
+    assert len(done.reservation.scopes) == MAX_ANCESTRY + 2
 
 
 def test_a_session_override_raises_lowers_or_lifts_its_cap() -> None:
@@ -278,7 +307,7 @@ def test_a_reservation_closes_once() -> None:
     with pytest.raises(UnknownCall):
         release(spend, done.reservation)
     with pytest.raises(UnknownCall):
-        release(Spend(), Reservation("ghost", D(1), ()))
+        release(Spend(), Reservation("ghost", "s1", D(1), ()))
 
 
 def test_reserving_an_open_call_again_reserves_nothing_more() -> None:
@@ -326,45 +355,88 @@ def test_a_call_in_flight_at_midnight_settles_on_the_day_it_was_sent() -> None:
 
 _CAPS = Caps(session_usd=D("1.00"), session_overrides={"kid": D("0.60")}, daily_usd=D("2.00"),
              provider_daily_usd={"openai": D("1.50")})
-_SESSIONS = [("root", ""), ("kid", "root"), ("grandkid", "kid"), ("other", "")]
+_PARENTS = {"root": "", "kid": "root", "grandkid": "kid", "other": ""}
 _op = st.one_of(
-    st.tuples(st.just("reserve"), st.sampled_from(_SESSIONS), st.sampled_from(["openai", "x"]),
-              st.integers(0, 80), st.integers(0, 23)),
+    st.tuples(st.just("reserve"), st.sampled_from(sorted(_PARENTS)),
+              st.sampled_from(["openai", "x"]), st.integers(0, 80), st.integers(0, 23)),
     st.tuples(st.just("settle"), st.integers(0, 50), st.integers(0, 100)),
     st.tuples(st.just("release"), st.integers(0, 50)),
 )
 
 
+def _lineage(session: str, parents: dict[str, str]) -> set[str]:
+    found = set()
+    while session:
+        found.add(session)
+        session = parents.get(session, "")
+    return found
+
+
+def _oracle(calls: dict[str, tuple[str, str, str, Decimal]],
+            parents: dict[str, str]) -> dict[Scope, Decimal]:
+    """What each scope holds, computed from the calls alone (not from Spend's tallies)."""
+    held: dict[Scope, Decimal] = {}
+    for session, provider, day, amount in calls.values():
+        scopes = [Scope("session", s) for s in _lineage(session, parents)]
+        scopes += [Scope("provider", provider, day), Scope("day", day)]
+        for scope in scopes:
+            held[scope] = held.get(scope, D(0)) + amount
+    return held
+
+
+def _check(spend: Spend, calls: dict[str, tuple[str, str, str, Decimal]],
+           strict: bool) -> None:
+    """Every tally is what the calls add up to (through the parents known), within its cap."""
+    expected = _oracle(calls, spend.parents)
+    for scope, tally in spend.tallies().items():
+        assert tally.reserved >= 0
+        assert tally.spent + tally.reserved == expected.get(scope, 0), scope
+    for scope, amount in expected.items():
+        cap = _CAPS.cap(scope)
+        assert not strict or cap is None or amount <= cap, (scope, amount)
+
+
 @settings(max_examples=150, deadline=None)
-@given(st.lists(_op, max_size=60))
-def test_no_interleaving_lets_any_scope_exceed_its_cap(ops: list[tuple[object, ...]]) -> None:
-    spend, held, n = Spend(), list[Reservation](), 0
+@given(st.lists(_op, max_size=60), st.booleans())
+def test_no_interleaving_lets_any_scope_exceed_its_cap(ops: list[tuple[object, ...]],
+                                                       tree_known: bool) -> None:
+    """With the tree known first, no scope ever holds more than its cap; learned as
+    sessions call (a parent may come late), every tally still adds up exactly."""
+    spend, held, n = Spend(), list[tuple[Reservation, str]](), 0
+    if tree_known:
+        for session, parent in _PARENTS.items():
+            spend = adopt(spend, session, parent)
+    # Each call's (session, provider, UTC day, money held: reserved or spent), by call id.
+    calls: dict[str, tuple[str, str, str, Decimal]] = {}
     for op in ops:
         if op[0] == "reserve":
-            (session, parent), provider, cents, hour = op[1], op[2], op[3], op[4]
-            assert isinstance(session, str) and isinstance(parent, str)
-            assert isinstance(provider, str) and isinstance(cents, int)
-            assert isinstance(hour, int)
+            session, provider, cents, hour = op[1], op[2], op[3], op[4]
+            assert isinstance(session, str) and isinstance(provider, str)
+            assert isinstance(cents, int) and isinstance(hour, int)
             n += 1
             now = NOW.replace(hour=hour) + timedelta(days=n // 20)
+            spend = adopt(spend, session, _PARENTS[session])
             result = reserve(spend, _CAPS, call(f"c{n}", str(D(cents) / 100), session=session,
-                                                  provider=provider, parent=parent), now)
+                                                  provider=provider), now)
             if isinstance(result, Reserved):
                 spend = result.spend
-                held.append(result.reservation)
+                held.append((result.reservation, session))
+                calls[f"c{n}"] = (session, provider, now.date().isoformat(),
+                                  result.reservation.amount)
         elif held:
             index = op[1]
             assert isinstance(index, int)
-            reservation = held.pop(index % len(held))
+            reservation, session = held.pop(index % len(held))
+            _, provider, day, _ = calls[reservation.call_id]
             if op[0] == "settle":
                 share = op[2]
                 assert isinstance(share, int)
-                spend = settle(spend, reservation, reservation.amount * share / 100)
+                cost = reservation.amount * share / 100
+                spend = settle(spend, reservation, cost)
+                calls[reservation.call_id] = (session, provider, day, cost)
             else:
                 spend = release(spend, reservation)
-        for scope, tally in spend.tallies().items():
-            cap = _CAPS.cap(scope)
-            assert tally.reserved >= 0
-            assert cap is None or tally.spent + tally.reserved <= cap, (scope, tally)
-    assert sum((r.amount for r in held), D(0)) == sum(
+                del calls[reservation.call_id]
+        _check(spend, calls, tree_known)
+    assert sum((r.amount for r, _ in held), D(0)) == sum(
         (t.reserved for s, t in spend.tallies().items() if s.kind == "day"), D(0))
