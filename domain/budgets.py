@@ -119,7 +119,9 @@ class Scope(msgspec.Struct, frozen=True):
 class Tally(msgspec.Struct, frozen=True):
     """A scope's money: ``spent`` (settled), ``reserved`` (in flight), ``unknown``.
 
-    ``unknown`` counts the calls of unknown cost whose worst case ``spent`` includes.
+    ``unknown`` counts the calls settled with an unknown cost: ``spent`` holds each at its
+    reservation, the worst case (an upper bound), or $0 for an unpriced model allowed to
+    run (then ``spent`` is a lower bound: views must say so).
     """
 
     spent: Decimal = _ZERO
