@@ -1,0 +1,86 @@
+"""The worst-case cost of a call: what a spend cap must hold before the call is sent.
+
+Issue 12, "Spend caps"; used by ``sessionwarden.domain.budgets``. The worst case is the
+estimated input at the highest price an input token can be billed at, plus the output
+bound at the output price, plus any per-request fee, in exact :class:`~decimal.Decimal`
+(peers.md, "money is stored as floats": a float budget counter drifts).
+
+- The caller passes :func:`worst_input_price` (a cache write is billed above a plain input
+  token on Anthropic, 1.25x) and, when the input estimate is above a long-context tier,
+  the tier's prices (hermes-behaviour.md §3.3: above the tier the higher rates apply to
+  the whole request; #109976 is the undercount of forgetting it).
+- The output bound (:func:`output_bound`) is the request's limit
+  (:func:`requested_max_tokens`), no more than the model's ``max_output_tokens`` (the
+  provider cannot produce more), else the model's, else :data:`DEFAULT_MAX_OUTPUT_TOKENS`.
+  Reasoning tokens are output tokens inside that same limit on every wire.
+"""
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "output_bound",
+    "requested_max_tokens",
+    "worst_case",
+    "worst_input_price",
+]
+
+#: The output bound when neither the request nor the model states one. 32,768 covers the
+#: default output limits of the common chat models (gpt-4o 16,384, gpt-4.1 32,768, Claude
+#: Sonnet's 8,192 default) so a cap holds for them; a model that may write more (reasoning
+#: models, 64k-128k) should state ``max_output_tokens`` in ``[[models]]``, or the client
+#: ``max_tokens``. Higher would refuse calls that fit; the settled cost is exact anyway.
+#: A model that writes past it can overshoot a cap by the difference: the one gap a
+#: reservation cannot close without putting a limit on the forwarded request.
+DEFAULT_MAX_OUTPUT_TOKENS = 32_768
+_MILLION = Decimal(1_000_000)
+_ZERO = Decimal(0)
+
+
+def worst_input_price(input_price: Decimal, cache_write_price: Decimal | None = None) -> Decimal:
+    """The most one input token can cost: a cache write is billed above a plain input."""
+    return input_price if cache_write_price is None else max(input_price, cache_write_price)
+
+
+def worst_case(input_tokens_estimate: int, max_output_tokens: int,
+               input_price_per_mtok: Decimal, output_price_per_mtok: Decimal,
+               request_fee: Decimal = _ZERO) -> Decimal:
+    """The most a call can cost in USD: prices are per million tokens.
+
+    Exact: Decimal's 28 significant digits hold any token count times any real price.
+    Negative token counts count as 0.
+    """
+    tokens = (Decimal(max(input_tokens_estimate, 0)) * input_price_per_mtok
+              + Decimal(max(max_output_tokens, 0)) * output_price_per_mtok)
+    return tokens / _MILLION + request_fee
+
+
+def requested_max_tokens(body: Any) -> int | None:
+    """The output limit a request body states, any wire shape; None if none or invalid.
+
+    ``max_completion_tokens`` (chat, newer) wins over ``max_tokens`` (chat, Anthropic);
+    ``max_output_tokens`` is the Responses API's. A non-positive, boolean or non-integer
+    value counts as none: the provider will reject it, and the default bound is safe.
+    """
+    if not isinstance(body, Mapping):
+        return None
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def output_bound(requested: int | None, model_max: int | None) -> int:
+    """The output tokens to reserve for a call.
+
+    The request's limit, no more than the model's ``max_output_tokens``; else the model's;
+    else :data:`DEFAULT_MAX_OUTPUT_TOKENS`.
+    """
+    if requested is not None and model_max is not None:
+        return min(requested, model_max)
+    if requested is not None:
+        return requested
+    return model_max if model_max is not None else DEFAULT_MAX_OUTPUT_TOKENS
