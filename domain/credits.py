@@ -18,7 +18,7 @@ credits tracker (hermes-behaviour.md §6), each with the fault it prevents:
   in a band warns at once, and it never overrides a reading already taken.
 - **Top-up suppression**: with purchased credit the gauge is off (90 % of the grant is
   noise when a top-up pays; in Hermes it once stuck forever beside ``grant_spent``).
-  The gauge also clears when the uses fall below 50 % or the cap disappears.
+  The gauge also clears when use falls below 50 % or the cap disappears.
 - **Grant spent** (``credits.grant_spent``): the cap is fully used (``subscription_cap``
   kind) and purchased credit remains. Shown only after this account was seen with the
   grant unspent (under 100 % and at least :data:`GRANT_UNSPENT_MIN_MICROS` left), and
@@ -35,8 +35,9 @@ credits tracker (hermes-behaviour.md §6), each with the fault it prevents:
 
 Decisions where §6 is silent: a reading older than the last one from the same source
 (``as_of_ms`` going back, as parallel responses may arrive out of order) is ignored, so
-notices do not flap; messages are ASCII (they travel in an HTTP header), one line, and
-carry only validated figures (never a header's free text, never a key). Balance
+notices do not flap; messages are ASCII (they travel in an HTTP header), one line,
+without ``;`` (it separates notices in the header), and carry only validated figures
+(never a header's free text, never a key). Balance
 endpoints are polled at most once a minute per account (:func:`next_poll`): notices
 move in 15-25 point bands, so a minute's lag changes nothing, while each poll is a
 request against the same key's rate limit.
@@ -146,8 +147,8 @@ def _band_notice(reading: CreditReading, band: int) -> Notice:
         level=level,
         band=band,
         message=(
-            f"credits: used ${'?' if used is None else _money(used)} of the "
-            f"${reading.subscription_limit_usd or '?'} cap ({band}%)"
+            f"used ${'?' if used is None else _money(used)} of the "
+            f"${reading.subscription_limit_usd or '?'} credit cap ({band}%)"
         ),
     )
 
@@ -158,7 +159,7 @@ def _grant_notice(reading: CreditReading) -> Notice:
         action="show",
         key=_KEYS["grant_spent"],
         level="info",
-        message=f"credits: grant spent, ${reading.purchased_usd} top-up left",
+        message=f"credit grant spent, ${reading.purchased_usd} top-up left",
     )
 
 
@@ -167,7 +168,7 @@ _DEPLETED = Notice(
     action="show",
     key=_KEYS["depleted"],
     level="error",
-    message="credits: paid access paused; top up the account to use paid models",
+    message="paid credit access paused, top up the account to use paid models",
 )
 
 
@@ -177,7 +178,7 @@ def _clear(kind: NoticeKind) -> Notice:
         action="clear",
         key=_KEYS[kind],
         level="info",
-        message=f"credits: {kind.replace('_', ' ')} notice cleared",
+        message=f"{_KEYS[kind]} cleared",
     )
 
 
@@ -258,7 +259,7 @@ def observe(
                     action="show",
                     key=_KEYS["restored"],
                     level="success",
-                    message="credits: paid access restored",
+                    message="paid credit access restored",
                     expires_at=now + timedelta(milliseconds=RESTORED_TTL_MS),
                 )
             )

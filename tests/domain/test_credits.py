@@ -100,7 +100,7 @@ def test_crossing_to_90_fires_once_and_never_again_while_there() -> None:
     state, notices = run(reading(0.10), reading(0.95))
     assert [(n.kind, n.band, n.level) for n in notices] == [("band", 90, "warn")]
     assert notices[0].key == "credits.usage"
-    assert notices[0].message == "credits: used $19.00 of the $20.00 cap (90%)"
+    assert notices[0].message == "used $19.00 of the $20.00 credit cap (90%)"
     for used in (0.95, 0.97, 1.0):
         state, notices = run(reading(used), state=state)
         assert notices == ()
@@ -177,7 +177,7 @@ def test_the_gauge_clears_when_the_cap_disappears() -> None:
 
 def test_an_unknown_cap_display_shows_a_question_mark() -> None:
     _, notices = run(reading(0.10), reading(0.5, limit_usd=None))
-    assert notices[0].message == "credits: used $10.00 of the $? cap (50%)"
+    assert notices[0].message == "used $10.00 of the $? credit cap (50%)"
 
 
 # ------------------------------------------------------------------ grant spent
@@ -204,7 +204,7 @@ def test_grant_spent_at_the_first_observation_is_silent() -> None:
 def test_grant_spent_fires_after_the_grant_was_seen_unspent() -> None:
     state, notices = run(reading(0.5, purchased_micros=12_340_000), grant())
     assert [(n.key, n.level, n.message) for n in shows(notices)] == [
-        ("credits.grant_spent", "info", "credits: grant spent, $12.34 top-up left")
+        ("credits.grant_spent", "info", "credit grant spent, $12.34 top-up left")
     ]
     assert state.grant_spent_shown
     assert not state.seen_grant_unspent  # consumed
@@ -381,7 +381,7 @@ def test_a_polled_balance_goes_through_the_same_policy() -> None:
     high = parse_balance({"data": {"limit": 100, "limit_remaining": 8, "usage": 92}})
     assert low is not None and high is not None
     _, notices = run(low, high)
-    assert [n.message for n in shows(notices)] == ["credits: used $92.00 of the $100.00 cap (90%)"]
+    assert [n.message for n in shows(notices)] == ["used $92.00 of the $100.00 credit cap (90%)"]
 
 
 # ------------------------------------------------------------------ status and the header
@@ -399,8 +399,8 @@ def test_shown_lists_the_sticky_notices_up() -> None:
 def test_header_value_joins_the_shown_notices() -> None:
     _, notices = run(reading(0.1), reading(0.95, paid_access=False))
     assert header_value(notices) == (
-        "warn credits.usage: credits: used $19.00 of the $20.00 cap (90%); "
-        "error credits.depleted: credits: paid access paused; top up the account to use paid models"
+        "warn credits.usage: used $19.00 of the $20.00 credit cap (90%); "
+        "error credits.depleted: paid credit access paused, top up the account to use paid models"
     )
     _, only_clear = run(reading(0.1), reading(0.95), reading(0.1))
     assert header_value(only_clear) is None
@@ -452,7 +452,8 @@ def test_any_sequence_keeps_the_policy_invariants(steps: list[Step]) -> None:
         actions = [n.action for n in notices]
         assert actions == sorted(actions)  # clears before shows
         for n in notices:
-            assert n.message.isascii() and "\n" not in n.message and len(n.message) <= 100
+            assert n.message.isascii() and len(n.message) <= 100
+            assert not set(n.message) & set(";\r\n")
             if n.action == "clear":
                 assert n.key in up  # only what is up is cleared
                 up.discard(n.key)
