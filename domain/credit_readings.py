@@ -40,7 +40,7 @@ through ``Decimal`` (a float is read by its repr).
 
 import re
 from collections.abc import Mapping
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Literal
 
@@ -66,7 +66,6 @@ _MICROS = Decimal(1_000_000)
 _CENT = Decimal("0.01")
 #: A balance beyond a trillion dollars is a malformed answer, not a balance.
 _MAX_USD = Decimal(10) ** 12
-_MAX_NUMBER_CHARS = 40
 _VERSION = "x-nous-credits-version"
 
 
@@ -249,28 +248,25 @@ def parse_credit_headers(headers: Mapping[str, str]) -> CreditReading | None:
         return None
 
 
-def _dollars(value: object) -> Decimal | None:
-    """A JSON number of dollars as an exact Decimal; None if absent, odd or absurd."""
-    if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
-        return None
-    if isinstance(value, str) and len(value) > _MAX_NUMBER_CHARS:
+def _micros(value: object) -> int | None:
+    """A JSON number of dollars as exact integer micros; None if absent, odd or absurd.
+
+    Numbers only (a decoder's int, float or Decimal): a string is not an amount.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         return None
     try:
         # A float is read by its shortest repr: 74.5 is "74.5", not 74.5000000000000000001.
         amount = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
-    except (InvalidOperation, ValueError):
+        if not amount.is_finite() or abs(amount) > _MAX_USD:
+            return None
+        return int((amount * _MICROS).to_integral_value(ROUND_HALF_EVEN))
+    except ArithmeticError:  # an exponent beyond what Decimal's context allows
         return None
-    if not amount.is_finite() or abs(amount) > _MAX_USD:
-        return None
-    return amount
 
 
-def _to_micros(amount: Decimal) -> int:
-    return int((amount * _MICROS).to_integral_value(ROUND_HALF_EVEN))
-
-
-def _display(amount: Decimal) -> str:
-    return f"{amount.quantize(_CENT, ROUND_HALF_EVEN):f}"
+def _display(micros: int) -> str:
+    return f"{(Decimal(micros) / _MICROS).quantize(_CENT, ROUND_HALF_EVEN):f}"
 
 
 def parse_balance(body: object) -> CreditReading | None:
@@ -286,32 +282,29 @@ def parse_balance(body: object) -> CreditReading | None:
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, dict):
         return None
-    limit_raw = data.get("limit")
-    usage = _dollars(data.get("usage")) if data.get("usage") is not None else None
-    if data.get("usage") is not None and usage is None:
+    usage_raw, remaining_raw = data.get("usage"), data.get("limit_remaining")
+    usage = None if usage_raw is None else _micros(usage_raw)
+    if usage_raw is not None and usage is None:
         return None
-    if limit_raw is None:
-        return None
-    limit = _dollars(limit_raw)
+    limit = _micros(data.get("limit"))  # null (no limit) is a miss like any non-number
     if limit is None or limit < 0:
         return None
-    remaining_raw = data.get("limit_remaining")
     if remaining_raw is not None:
-        remaining = _dollars(remaining_raw)
+        remaining = _micros(remaining_raw)
     else:
         remaining = None if usage is None else limit - usage
     if remaining is None:
         return None
     return CreditReading(
-        remaining_micros=max(0, _to_micros(remaining)),
-        remaining_usd=_display(max(Decimal(0), remaining)),
-        subscription_micros=_to_micros(remaining),
+        remaining_micros=max(0, remaining),
+        remaining_usd=_display(max(0, remaining)),
+        subscription_micros=remaining,
         subscription_usd=_display(remaining),
         rollover_micros=0,
         purchased_micros=0,
         purchased_usd="0.00",
         as_of_ms=0,
-        subscription_limit_micros=_to_micros(limit),
+        subscription_limit_micros=limit,
         subscription_limit_usd=_display(limit),
         denominator_kind="subscription_cap",
         source="balance",

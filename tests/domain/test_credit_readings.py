@@ -325,6 +325,19 @@ def test_openrouter_small_amounts_are_exact_micros() -> None:
     assert reading.subscription_usd == "4.90"
 
 
+def test_openrouter_floats_are_read_by_their_repr() -> None:
+    # 3.5e-06 as a binary float is a hair under 3.5 micros: read exactly, it would round
+    # down; the JSON said 3.5 micros, which rounds half-even to 4
+    reading = parse_balance({"data": {"limit": 1, "limit_remaining": 3.5e-06}})
+    assert reading is not None and reading.subscription_micros == 4
+
+
+def test_openrouter_extreme_exponents_do_not_raise() -> None:
+    tiny = parse_balance({"data": {"limit": 10, "limit_remaining": Decimal("1e-999999999")}})
+    assert tiny is not None and tiny.subscription_micros == 0
+    assert parse_balance({"data": {"limit": Decimal("1e999999999"), "usage": 1}}) is None
+
+
 def test_openrouter_remaining_derived_from_usage_when_absent() -> None:
     reading = parse_balance({"data": {"limit": 10, "usage": Decimal("9.25")}})
     assert reading is not None and reading.subscription_micros == 750_000
@@ -358,6 +371,7 @@ def test_openrouter_overdrawn_key_is_not_depleted() -> None:
         {"data": {"limit": -1, "limit_remaining": 1}},
         {"data": {"limit": 10**13, "limit_remaining": 1}},
         {"data": {"limit": 10, "limit_remaining": 1, "usage": "lots"}},
+        {"data": {"limit": "10", "limit_remaining": "1"}},  # strings are not amounts
     ],
 )
 def test_odd_balance_bodies_are_misses(body: object) -> None:
@@ -371,7 +385,9 @@ _json = st.recursive(
     ),
     max_leaves=12,
 )
-_amount = st.one_of(st.none(), st.integers(), st.floats(), st.text(max_size=45), st.booleans())
+_amount = st.one_of(
+    st.none(), st.integers(), st.floats(), st.decimals(), st.text(max_size=45), st.booleans()
+)
 
 
 @settings(max_examples=80, deadline=None)
