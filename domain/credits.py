@@ -22,25 +22,28 @@ credits tracker (hermes-behaviour.md §6), each with the fault it prevents:
 - **Grant spent** (``credits.grant_spent``): the cap is fully used (``subscription_cap``
   kind) and purchased credit remains. Shown only after this account was seen with the
   grant unspent (under 100 % and at least :data:`GRANT_UNSPENT_MIN_MICROS` left), and
-  showing consumes that latch: one announcement per crossing; a seed never arms it (it
-  would revive the nag at every session start). Cleared when the condition ends.
+  showing consumes that latch: one announcement per crossing. A seed does not prime it
+  (priming would revive the nag at every session start: only a reading that shows the
+  grant unspent arms it), and the 1-cent floor keeps sub-cent residue from converted
+  dollars from arming it either. Cleared when the condition ends.
   *Version drift*: an older Hermes test fired it on the first observation; we follow
   the newer code.
 - **Depleted** (``credits.depleted``, error, sticky): paid access is off. Never inferred
   from a zero balance (zero with access live is a pending renewal). Not shown while the
-  call's model is free (inference still works); switching to a free model clears it
-  *without* "restored". A genuine return of paid access clears it and raises
-  ``credits.restored`` (success, lasting :data:`RESTORED_TTL_MS`); a recovery never
-  shown as depleted restores nothing.
+  call's model is free (inference still works; the caller decides what is free, from
+  local data only: Hermes's ``:free`` suffix and ``stealth/`` prefix, or a zero price);
+  switching to a free model clears it *without* "restored". A genuine return of paid
+  access clears it and raises ``credits.restored`` (success, lasting
+  :data:`RESTORED_TTL_MS`); a recovery never shown as depleted restores nothing.
 
 Decisions where §6 is silent: a reading older than the last one from the same source
 (``as_of_ms`` going back, as parallel responses may arrive out of order) is ignored, so
 notices do not flap; messages are ASCII (they travel in an HTTP header), one line,
 without ``;`` (it separates notices in the header), and carry only validated figures
-(never a header's free text, never a key). Balance
-endpoints are polled at most once a minute per account (:func:`next_poll`): notices
-move in 15-25 point bands, so a minute's lag changes nothing, while each poll is a
-request against the same key's rate limit.
+(never a header's free text, never a key). Balance endpoints are polled at most once a
+minute per account (:func:`next_poll`): notices move in 15-25 point bands, so a
+minute's lag changes nothing, while each poll is a request against the same key's rate
+limit.
 """
 
 from collections.abc import Iterable
@@ -59,6 +62,7 @@ __all__ = [
     "RESTORED_TTL_MS",
     "CreditState",
     "Notice",
+    "NoticeKind",
     "header_value",
     "next_poll",
     "observe",
@@ -78,6 +82,7 @@ RESTORED_TTL_MS = 8000
 #: The least time between two polls of one account's balance endpoint.
 POLL_INTERVAL = timedelta(minutes=1)
 
+#: What a notice is about.
 NoticeKind = Literal["band", "grant_spent", "depleted", "restored"]
 _KEYS: dict[str, str] = {
     "band": "credits.usage",
