@@ -141,7 +141,8 @@ def _lowered(headers: Mapping[str, str]) -> dict[str, str] | None:
     """The ``x-nous-`` headers by lowercase name; None if a name repeats with two values."""
     found: dict[str, str] = {}
     for name, value in headers.items():
-        if not isinstance(name, str) or name[:7].lower() != "x-nous-":
+        # the first letter alone turns away most headers cheaply (this runs on every response)
+        if not isinstance(name, str) or name[:1] not in "xX" or name[:7].lower() != "x-nous-":
             continue
         low = name.lower()
         if not isinstance(value, str):
