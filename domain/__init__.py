@@ -8,7 +8,10 @@ Imports point down only: events, config, clock (and the root ``errors``/``redact
 Each policy has its home here (modules marked *planned* arrive with their issue):
 
 =======================  ===========================================================
-``usage``                normalising the providers' usage blocks; our token estimate
+``usage``                normalising the providers' usage blocks, every wire shape
+``usage_fields``         reading one untrusted usage field
+``usage_stream``         where a stream's usage is; Anthropic's usage folded
+``usage_estimate``       our token estimate (chars/4)
 ``ratelimits``           parsing rate-limit headers; what is worth recording
 ``pool``                 key strategies, leases (the key state machine: *planned*)
 ``session``              a session's state and how its events fold into it
@@ -32,8 +35,14 @@ Each policy has its home here (modules marked *planned* arrive with their issue)
 ``messages``             the wire-neutral conversation: parts, tool pairs, content hashes
 ``transcript``           what a call sent, by content keys; the body's assembly
 ``context_status``       a session's context, folded from its events (status, control API)
-``pricing``              prices and costs (*planned*)
-``budgets``              spend caps and iteration budgets (*planned*)
+``pricing``              prices and costs: Price, cost() (wiring *planned*)
+``pricing_library``      genai-prices' bundled data, read-only, as our prices
+``price_book``           which price a call gets: billing, overrides, the library
+``budgets``              spend caps reserved before sending (wiring *planned*);
+                         iteration budgets (*planned*)
+``worst_case``           a call's worst-case cost and output bound
+``credit_readings``      credit balances: x-nous-credits headers, OpenRouter's key endpoint
+``credits``              credit notices: usage bands, grant spent, depleted/restored
 ``guardrails``           tool-loop guardrails (*planned*)
 ``breaker``              the shared rate-limit breaker (*planned*)
 ``classifier``           upstream errors into the recovery they need (*planned*)
