@@ -42,6 +42,7 @@ from sessionwarden.config import Config
 from sessionwarden.domain.admission import Admitted, Pending, Pipeline, Verdict, verdict_events
 from sessionwarden.domain.calls import complete_call
 from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.session import OpenCall, SessionState, session_stream
 from sessionwarden.domain.stages import default_pipeline
 from sessionwarden.events import CompactionRequested, SessionStarted
@@ -87,17 +88,20 @@ class SessionActor(GovernedActor):
         max_sessions: int = 2000,
         max_pending: int = 10_000,
         on_failure: Callable[[BaseException], None] | None = None,
+        prices: PriceBook | None = None,
     ) -> None:
         """Serve sessions from ``log``, keeping at most ``max_sessions`` in memory.
 
         ``max_pending`` bounds admissions waiting for work: a proxy that never resumes
         (its task died) must not grow the map for ever; the oldest is forgotten first.
+        ``prices`` prices each completion (without it every cost is ``unknown``).
         """
         super().__init__(on_failure)
         self._log = log
         self._pipeline = pipeline or default_pipeline(Config())
         self._clock = clock or SystemClock()
         self._redact = redact
+        self._prices = prices
         self._max = max_sessions
         self._max_pending = max_pending
         self._sessions: OrderedDict[str, SessionState] = OrderedDict()
@@ -228,7 +232,8 @@ class SessionActor(GovernedActor):
     def _complete(self, message: Complete, reply: Reply) -> object:
         outcome = message.outcome
         state = self._get(outcome.session_id)
-        event = complete_call(state, outcome, self._clock.now(), self._redact, message.limits)
+        event = complete_call(state, outcome, self._clock.now(), self._redact, message.limits,
+                              self._prices)
         state.fold(event)
         # The key makes a completion retried across a restart harmless: stored once.
         part = StreamAppend(session_stream(state.session_id),

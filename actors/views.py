@@ -30,9 +30,10 @@ _STARTED = SessionStarted.type_tag()
 # Logs of schema 3 hold CallAdmitted v2 rows too: a view rebuilt from them must count them.
 _ADMITTED = frozenset({CallAdmitted.type_tag(), "session.call_admitted.v2"})
 _REFUSED = CallRefused.type_tag()
-_COMPLETED = CallCompleted.type_tag()
+# And CallCompleted v1 rows (before pricing) for the same reason.
+_COMPLETED = frozenset({CallCompleted.type_tag(), "session.call_completed.v1"})
 _CREDENTIAL_TYPES = frozenset({CredentialAdded.type_tag(), CredentialRemoved.type_tag(),
-                               _COMPLETED})
+                               *_COMPLETED})
 
 
 class SessionsView:
@@ -55,7 +56,8 @@ class SessionsView:
         """Fold session events."""
         for e in events:
             kind = e.type
-            if kind not in _ADMITTED and kind not in (_COMPLETED, _STARTED, _REFUSED):
+            if (kind not in _ADMITTED and kind not in _COMPLETED
+                    and kind not in (_STARTED, _REFUSED)):
                 continue
             session_id = session_id_of(e.stream)
             if session_id is None:
@@ -125,7 +127,7 @@ class LedgerView:
         """Fold CallAdmitted and CallCompleted."""
         for e in events:
             kind = e.type
-            if kind not in _ADMITTED and kind != _COMPLETED:
+            if kind not in _ADMITTED and kind not in _COMPLETED:
                 continue
             session_id = session_id_of(e.stream)
             if session_id is None:

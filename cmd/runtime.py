@@ -34,6 +34,7 @@ from sessionwarden.config import Config, ProviderConfig, find_model
 from sessionwarden.domain.admission import Pipeline
 from sessionwarden.domain.calls import CallOutcome
 from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.spill_turns import SpillWork
 from sessionwarden.domain.stages import default_pipeline
 from sessionwarden.redact import default_redactor
@@ -108,6 +109,8 @@ class Runtime:
         pipeline = pipeline or default_pipeline(config, str(self.spill_dir),
                                                 config.daemon.record_messages, _holds_secret)
         self.performers[SpillWork] = partial(write_spills, SpillStore(self.spill_dir))
+        # Built once: the price library's data loads here (about 0.2 s), never per call.
+        prices = PriceBook(config)
 
         specs = [
             ActorSpec("checkpoint", lambda f: CheckpointActor.start(
@@ -120,7 +123,7 @@ class Runtime:
         specs += [
             ActorSpec(f"session-{i}", lambda f: SessionActor.start(
                 log, pipeline=pipeline, clock=clock_, max_sessions=max_sessions_per_shard,
-                on_failure=f))
+                on_failure=f, prices=prices))
             for i in range(session_shards)
         ]
         specs.append(ActorSpec("rateguard", lambda f: RateGuardActor.start(

@@ -9,11 +9,14 @@ The HTTP layer and the wire adapters build these plain structs; the domain judge
 
 from collections.abc import Callable
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import msgspec
 from sessionwarden.config import ApiMode
 from sessionwarden.domain.errors import UnknownCall, UsageRejected
+from sessionwarden.domain.price_book import PriceBook
+from sessionwarden.domain.pricing import Cost, cost
 from sessionwarden.domain.ratelimits import RateLimitSnapshot, parse_rate_limits
 from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.usage import CanonicalUsage, normalise_usage, tokens_from_chars
@@ -151,12 +154,15 @@ def complete_call(
     now: datetime,
     redact: Callable[[str], str],
     limits: RateLimitSnapshot | None = None,
+    prices: PriceBook | None = None,
 ) -> CallCompleted:
     """The completion of an open call of ``state``: its one CallCompleted.
 
     ``limits`` is the rate guard's reading of the response's headers; without it they are
     read here (the ``Retry-After`` a 429 carries belongs to the key's outcome).
-    ``redact`` scrubs secrets from a raw usage block kept for the audit.
+    ``redact`` scrubs secrets from a raw usage block kept for the audit. ``prices``
+    prices the usage (``domain.pricing``): an exact amount with its status, source and
+    version; without it (or without a price) the cost is ``unknown``, never $0.
 
     Raises:
         UnknownCall: the call is not open in this session (already completed, or never
@@ -168,6 +174,9 @@ def complete_call(
     usage, flags, raw = _usage(outcome, call.estimated_tokens, redact)
     if limits is None and outcome.rate_limit_headers:
         limits = parse_rate_limits(dict(outcome.rate_limit_headers), now)
+    priced = _price(usage, call.provider, call.model, now, prices)
+    if priced is not None and priced.flags:
+        flags = (*flags, *priced.flags)
     return CallCompleted(
         call_id=outcome.call_id, outcome=outcome.outcome, status=outcome.status,
         latency_ms=round(outcome.latency_ms, 3), credential=outcome.credential,
@@ -177,4 +186,17 @@ def complete_call(
         raw_usage=raw,
         retry_after_seconds=limits.retry_after_seconds if limits is not None else None,
         error=outcome.error,
+        cost=None if priced is None or priced.amount is None else str(priced.amount),
+        cost_status=priced.status if priced is not None else "unknown",
+        cost_source=priced.source if priced is not None else "",
+        cost_version=priced.version if priced is not None else "",
     )
+
+
+def _price(usage: CanonicalUsage, provider: str, model: str, now: datetime,
+           prices: PriceBook | None) -> Cost | None:
+    """The call's cost, or None when there is no price book (no pricing configured)."""
+    if prices is None:
+        return None
+    reported = Decimal(usage.reported_cost) if usage.reported_cost is not None else None
+    return cost(usage, prices.lookup(provider, model, at=now), reported=reported)

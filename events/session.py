@@ -51,6 +51,7 @@ SESSION_UPCASTERS = (
     Upcaster("session.started.v2", "session.started.v3", _drop_session_id),
     Upcaster("session.call_admitted.v1", "session.call_admitted.v2", _drop_session_id),
     Upcaster("session.call_admitted.v2", "session.call_admitted.v3", dict),
+    Upcaster("session.call_completed.v1", "session.call_completed.v2", dict),
 )
 
 
@@ -117,12 +118,15 @@ class CallCompleted(Event, frozen=True):
     ``missing``, never a silent zero). ``raw_usage`` (redacted, bounded) is kept only when
     normalisation flagged or rejected the provider's block. ``credential`` is the
     fingerprint of the key that served the call: the key's outcome, folded by the pool.
-    ``status`` is the upstream's HTTP status, 0 when there was no answer. ``cost`` (an
-    exact Decimal string) and ``cost_status`` arrive with pricing; until then every call
-    is ``unknown``, never a silent $0.
+    ``status`` is the upstream's HTTP status, 0 when there was no answer. ``cost`` is
+    an exact Decimal string in USD, None when unknown (never a silent $0);
+    ``cost_status`` ``actual`` / ``estimated`` / ``included`` / ``unknown``;
+    ``cost_source`` where the price came from (``override``, ``genai-prices@<version>``,
+    ``provider-reported``, ``included``) and ``cost_version`` its version. Version 2
+    added the last two.
     """
 
-    TAG: ClassVar[str] = "session.call_completed.v1"
+    TAG: ClassVar[str] = "session.call_completed.v2"
 
     call_id: str
     outcome: str = "ok"
@@ -141,3 +145,5 @@ class CallCompleted(Event, frozen=True):
     error: str = ""
     cost: str | None = None
     cost_status: str = "unknown"
+    cost_source: str = ""
+    cost_version: str = ""

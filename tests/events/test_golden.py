@@ -80,6 +80,14 @@ EXPECTED: dict[str, Event] = {
         flags=("rejected:prompt_tokens",), raw_usage='{"prompt_tokens":-1}',
         retry_after_seconds=12.5, error="rate limited", cost="0.0123", cost_status="actual",
     ),
+    "session.call_completed.v2": CallCompleted(
+        call_id="c3vd2xk7m4qa5bde", outcome="truncated", status=429, latency_ms=812.5,
+        credential="fp:9f2c", input_tokens=1200, output_tokens=340, cache_read_tokens=800,
+        cache_write_tokens=64, reasoning_tokens=120, source="estimated",
+        flags=("rejected:prompt_tokens",), raw_usage='{"prompt_tokens":-1}',
+        retry_after_seconds=12.5, error="rate limited", cost="0.0123", cost_status="actual",
+        cost_source="genai-prices@0.2.3", cost_version="0.2.3",
+    ),
     "context.tool_result_spilled.v1": ToolResultSpilled(
         call_id="c3vd2xk7m4qa5bdg", message=41, tool="terminal", reason="turn",
         file="4d" * 16 + ".txt", chars=150_000, bytes=150_210, preview_chars=1480,
@@ -146,6 +154,13 @@ RETIRED_PAYLOADS: dict[str, bytes] = {
     "session.call_admitted.v2": (
         b'{"call_id":"c3vd2xk7m4qa5bde","provider":"openai","model":"gpt-4.1",'
         b'"message_count":40,"estimated_tokens":51234,"stream":true}'
+    ),
+    "session.call_completed.v1": (
+        b'{"call_id":"c3vd2xk7m4qa5bde","outcome":"truncated","status":429,"latency_ms":81'
+        b'2.5,"credential":"fp:9f2c","input_tokens":1200,"output_tokens":340,"cache_read_t'
+        b'okens":800,"cache_write_tokens":64,"reasoning_tokens":120,"source":"estimated","'
+        b'flags":["rejected:prompt_tokens"],"raw_usage":"{\\"prompt_tokens\\":-1}","retry_af'
+        b'ter_seconds":12.5,"error":"rate limited","cost":"0.0123","cost_status":"actual"}'
     ),
     "credential.added.v1": (
         b'{"type":"credential.added.v1","provider":"openai","ref":"env:OPENAI_API_KEY",'

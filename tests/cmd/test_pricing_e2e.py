@@ -1,0 +1,88 @@
+"""Every call priced at its completion, through the daemon (issue 12's ledger, first part).
+
+A `[[models]]` price override gives an exact Decimal; a model with no price is
+``unknown`` with no amount (never $0) in the event, `usage` and its `--json`; the built-in
+`sim` provider bills as ``included`` ($0, said so).
+"""
+
+import json
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from sessionwarden.cmd.main import main
+from sessionwarden.events import CODEC, CallCompleted
+
+from tests.cmd.daemon_fixtures import MODEL
+from tests.cmd.inprocess import InProcessDaemon
+from tests.support.fake_provider import FakeProviderServer
+
+PRICED = """
+[[models]]
+name = "priced"
+provider = "fake"
+context_length = 128000
+price = { input = "2.00", output = "8.00", cache_read = "0.50" }
+"""
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, fake: FakeProviderServer) -> Iterator[InProcessDaemon]:
+    d = InProcessDaemon(tmp_path / "events.db", fake, extra_config=PRICED)
+    try:
+        yield d.start()
+    finally:
+        d.stop()
+
+
+def completed(daemon: InProcessDaemon, session: str) -> list[CallCompleted]:
+    events = [CODEC.decode(e.type, e.data)
+              for e in daemon.runtime.log.read_stream(f"session-{session}")]
+    return [e for e in events if isinstance(e, CallCompleted)]
+
+
+def test_an_override_prices_every_token_kind_exactly(
+    daemon: InProcessDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = [{"role": "user", "content": "a long, stable question " * 40}]
+    with daemon.openai(session="priced") as client:
+        client.chat.completions.create(model="priced", messages=history)  # type: ignore[arg-type]
+        # The same prefix again: the fake reports part of it as cached.
+        client.chat.completions.create(model="priced", messages=[  # type: ignore[arg-type]
+            *history, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "and?"}])
+    calls = completed(daemon, "priced")
+    assert any(c.cache_read_tokens for c in calls)
+    for call in calls:
+        expected = (Decimal(call.input_tokens) * 2 + Decimal(call.cache_read_tokens)
+                    * Decimal("0.5") + Decimal(call.output_tokens) * 8) / 1_000_000
+        assert call.cost is not None and Decimal(call.cost) == expected
+        assert (call.cost_status, call.cost_source, call.cost_version) == (
+            "actual", "override", "config")
+    assert main(["usage", "--db", str(daemon.db), "--by", "model", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["cost_status"] == "actual"
+    assert Decimal(row["cost"]) == sum(Decimal(c.cost or "0") for c in calls)
+
+
+def test_a_model_without_a_price_is_unknown_never_zero(
+    daemon: InProcessDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with daemon.openai(session="unpriced") as client:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    [call] = completed(daemon, "unpriced")
+    assert (call.cost, call.cost_status, call.cost_source) == (None, "unknown", "none")
+    assert main(["usage", "--db", str(daemon.db), "--by", "session", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["cost"] is None and row["cost_status"] == "unknown"
+    assert main(["usage", "--db", str(daemon.db), "--by", "session"]) == 0
+    out = capsys.readouterr().out
+    assert "unknown" in out and "$0 " not in out and "$0.00" not in out
+
+
+def test_the_simulated_provider_is_included(daemon: InProcessDaemon) -> None:
+    with daemon.openai(session="simulated") as client:
+        client.chat.completions.create(model="sim/chat",
+                                       messages=[{"role": "user", "content": "hi"}])
+    [call] = completed(daemon, "simulated")
+    assert (call.cost, call.cost_status, call.cost_source) == ("0", "included", "included")
