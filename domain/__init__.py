@@ -35,7 +35,7 @@ Each policy has its home here (modules marked *planned* arrive with their issue)
 ``messages``             the wire-neutral conversation: parts, tool pairs, content hashes
 ``transcript``           what a call sent, by content keys; the body's assembly
 ``context_status``       a session's context, folded from its events (status, control API)
-``pricing``              prices and costs: Price, cost() (wiring *planned*)
+``pricing``              prices and costs: Price, cost()
 ``pricing_library``      genai-prices' bundled data, read-only, as our prices
 ``price_book``           which price a call gets: billing, overrides, the library
 ``budgets``              spend caps reserved before sending (wiring *planned*);
