@@ -42,6 +42,7 @@ from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.errors import CommandError, UsageError
 from sessionwarden.cmd.session_status import read_status, status_json, status_text
 from sessionwarden.cmd.terminal import Column, printable, render_table, terminal_width
+from sessionwarden.domain.budgets import display_usd
 from sessionwarden.store import EventLog
 from sessionwarden.store.schema import translate
 
@@ -187,8 +188,17 @@ def _sources_text(sources: dict[str, int]) -> str:
     return ", ".join(f"{s}: {n}" for s, n in sorted(sources.items()))
 
 
-def _cost_text(group: Group) -> str:
-    return "unknown" if group.cost is None else f"${group.cost}"
+def _cost_text(cost: str | None) -> str:
+    """A cost for a table: rounded and marked ``~`` when it is (``--json`` is exact)."""
+    return "unknown" if cost is None else display_usd(Decimal(cost))
+
+
+#: Under a table whose costs were rounded.
+_ROUNDED_NOTE = "(costs rounded for display: ~; --json and --csv give the exact amounts)"
+
+
+def _rounded(costs: list[str | None]) -> bool:
+    return any(cost is not None and _cost_text(cost).startswith("~") for cost in costs)
 
 
 def _time_text(at: str) -> str:
@@ -261,13 +271,15 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
         total.merge(g)
     columns = (replace(_USAGE_COLUMNS[0], header=args.by.upper()), *_USAGE_COLUMNS[1:])
     rows = [
-        [g.key, str(g.requests), *(str(g.tokens[k]) for k in _KINDS), _cost_text(g),
+        [g.key, str(g.requests), *(str(g.tokens[k]) for k in _KINDS), _cost_text(g.cost),
          g.cost_status, _time_text(g.first_at), _time_text(g.last_at),
          _sources_text(g.sources)]
         for g in [*ordered, total]
     ]
     width = terminal_width()
     print(render_table(columns, rows, width).text(width, rule_before_last=True))
+    if _rounded([g.cost for g in ordered]):
+        print(_ROUNDED_NOTE)
     return 0
 
 
@@ -339,10 +351,12 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
         return 0
     rows = [
         [s["session_id"], s["model"], str(s["calls"]), str(s["input_tokens"]),
-         str(s["output_tokens"]), "unknown" if s["cost"] is None else f"${s['cost']}",
+         str(s["output_tokens"]), _cost_text(s["cost"]),
          "-" if s["last_status"] is None else str(s["last_status"]), s["credential"] or "-",
          _time_text(s["started_at"]), _time_text(s["last_at"])]
         for s in out_sessions
     ]
     print("sessions:\n" + render_table(_STATUS_COLUMNS, rows, width).text(width))
+    if _rounded([s["cost"] for s in out_sessions]):
+        print(_ROUNDED_NOTE)
     return 0

@@ -183,8 +183,10 @@ def test_text_table_has_totals(db, capsys, monkeypatch):
     code, out, _ = run(capsys, "usage", "--db", str(db))
     lines = out.splitlines()
     assert code == 0 and lines[0].split()[:3] == ["SESSION", "REQUESTS", "INPUT"]
-    assert lines[-2].startswith("---")
-    total = lines[-1].split()
+    assert lines[-3].startswith("---")
+    assert lines[-1] == ("(costs rounded for display: ~; --json and --csv give the exact "
+                         "amounts)")
+    total = lines[-2].split()
     assert total[:3] == ["total", "6", "1330"] and "unknown" in total
     assert "estimated: 1, missing: 1" in out
 
@@ -228,7 +230,7 @@ def test_status_text(db, capsys):
     code, out, _ = run(capsys, "status", "--db", str(db))
     assert code == 0 and out.startswith("events: 17\n")
     assert "alpha" in out and "beta" in out and FP_B in out  # credentials header
-    assert "unknown" in out and "$0.0035" in out
+    assert "unknown" in out and "~$0.0035" in out and "costs rounded for display" in out
 
 
 def test_console_script_subprocess(db):

@@ -63,6 +63,10 @@ def test_an_override_prices_every_token_kind_exactly(
     [row] = json.loads(capsys.readouterr().out)
     assert row["cost_status"] == "actual"
     assert Decimal(row["cost"]) == sum(Decimal(c.cost or "0") for c in calls)
+    # Tables round, and say so; --json above is exact.
+    assert main(["usage", "--db", str(daemon.db), "--by", "model"]) == 0
+    table = capsys.readouterr().out
+    assert "~$" in table and "costs rounded for display" in table
 
 
 def test_a_model_without_a_price_is_unknown_never_zero(
