@@ -110,6 +110,9 @@ def add_usage_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print a JSON list")
     fmt.add_argument("--csv", action="store_true", help="print CSV with a header row")
+    p.add_argument("--totals", action="store_true",
+                   help="with --json or --csv: end with the totals of every group (the "
+                        "text table always has them)")
     p.set_defaults(run=run_usage)
 
     p = sub.add_parser("status", help="sessions, their usage, and the credential pool")
@@ -252,23 +255,28 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
         except apsw.Error as exc:
             raise translate(exc, db) from None
     ordered = sorted(groups.values(), key=lambda g: (g.first_at, g.key))
+    total = Group("total")
+    for g in ordered:
+        total.merge(g)
     if args.json:
-        print(json.dumps([g.to_json(args.by) for g in ordered], indent=2))
+        # Still a list of one object per group (scripts rely on it); the totals, when
+        # asked for, are one more object whose group is null and "total" true.
+        out = [g.to_json(args.by) for g in ordered]
+        if args.totals:
+            out.append(total.to_json(args.by) | {args.by: None, "total": True})
+        print(json.dumps(out, indent=2))
         return 0
     if args.csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
         fields = list(Group("").to_json(args.by))
         writer.writerow(fields)
-        for g in ordered:
+        for g in [*ordered, *([total] if args.totals else [])]:
             record = g.to_json(args.by) | {"sources": _sources_text(g.sources)}
             writer.writerow(["" if record[f] is None else record[f] for f in fields])
         return 0
     if not ordered:
         print("no calls recorded" + (" matching the filters" if len(clauses) > 1 else ""))
         return 0
-    total = Group("total")
-    for g in ordered:
-        total.merge(g)
     columns = (replace(_USAGE_COLUMNS[0], header=args.by.upper()), *_USAGE_COLUMNS[1:])
     rows = [
         [g.key, str(g.requests), *(str(g.tokens[k]) for k in _KINDS), _cost_text(g.cost),

@@ -252,3 +252,17 @@ def test_text_table_at_80_columns_keeps_the_most_important_whole(db, capsys, mon
     # the estimates stay whole: no less important column took their room
     assert "estimated: 1, missing: 1" in out
     assert "(not shown at 80 columns: CACHE_READ, CACHE_WRITE, REASONING, FIRST, LAST;" in out
+
+
+def test_totals_end_the_json_list_and_the_csv_on_request(db, capsys):
+    code, out, _ = run(capsys, "usage", "--db", str(db), "--json")
+    plain = json.loads(out)
+    code, out, _ = run(capsys, "usage", "--db", str(db), "--json", "--totals")
+    *groups, total = json.loads(out)
+    assert code == 0 and groups == plain  # the groups as without --totals
+    assert total["session"] is None and total["total"] is True
+    assert total["requests"] == sum(g["requests"] for g in groups)
+    assert total["cost_status"] == "unknown" and total["cost"] is None  # one is unknown
+    code, out, _ = run(capsys, "usage", "--db", str(db), "--csv", "--totals")
+    lines = out.splitlines()
+    assert code == 0 and lines[-1].startswith("total,") and len(lines) == len(groups) + 2
