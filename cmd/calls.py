@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from loguru import logger
-from sessionwarden.actors.bridge import ask
+from sessionwarden.actors.bridge import ask, request, wait
 from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.messages import (
     Abandon,
@@ -30,6 +30,7 @@ from sessionwarden.actors.messages import (
     AdmissionRefused,
     Admit,
     Complete,
+    Lease,
     Leased,
     NeedsWork,
     Release,
@@ -43,7 +44,8 @@ from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.events import CallCompleted
 from sessionwarden.store.errors import StoreError
 
-__all__ = ["ProxiedCall", "admit", "complete", "new_call_id", "release_key"]
+__all__ = ["ProxiedCall", "admit", "complete", "new_call_id", "release_key", "request_lease",
+           "return_lease", "take_lease"]
 
 #: How long a completion keeps trying to reach a (restarting) actor.
 COMPLETE_DEADLINE_S = 30.0
@@ -110,6 +112,44 @@ async def admit(rt: Runtime, request: CallRequest) -> AdmissionGranted | Admissi
         raise
     assert isinstance(reply, AdmissionGranted | AdmissionRefused), reply
     return reply
+
+
+def request_lease(rt: Runtime, call: ProxiedCall) -> "asyncio.Future[Leased] | None":
+    """Ask the pool for the call's key without waiting (None: the pool is not running).
+
+    Asked while admission runs, so neither waits for the other.
+    """
+    try:
+        return request(rt.ref("credentials"), Lease(call.provider.name, call.call_id))
+    except ActorUnavailable:
+        return None
+
+
+async def take_lease(call: ProxiedCall, leasing: "asyncio.Future[Leased] | None") -> Leased:
+    """Wait for the key asked for by :func:`request_lease`; ``call`` holds it too.
+
+    Raises:
+        NoCredential: the provider has no usable key.
+        ActorUnavailable: the credential pool is not running.
+    """
+    if leasing is None:
+        raise ActorUnavailable("the credential pool is not running")
+    call.lease = await wait(leasing)
+    return call.lease
+
+
+def return_lease(rt: Runtime, call: ProxiedCall,
+                 leasing: "asyncio.Future[Leased] | None") -> None:
+    """Give back the key of a call that will not be sent, whenever the lease arrives."""
+    if leasing is None:
+        return
+
+    def done(future: "asyncio.Future[Leased]") -> None:
+        if not future.cancelled() and future.exception() is None:
+            call.lease = future.result()
+            release_key(rt, call)
+
+    leasing.add_done_callback(done)
 
 
 def release_key(rt: Runtime, call: ProxiedCall) -> None:

@@ -27,10 +27,16 @@ import re
 
 import aiohttp
 from loguru import logger
-from sessionwarden.actors.bridge import request, wait
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import AdmissionRefused, Lease, Leased
-from sessionwarden.cmd.calls import ProxiedCall, admit, complete, release_key
+from sessionwarden.actors.messages import AdmissionRefused
+from sessionwarden.cmd.calls import (
+    ProxiedCall,
+    admit,
+    complete,
+    request_lease,
+    return_lease,
+    take_lease,
+)
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.watch import ClientGone, ClientWatch
@@ -98,14 +104,11 @@ async def chat_completions(
         client=headers.get("user-agent", "")[:200],
     )
     # The key is asked for while admission runs: neither waits for the other.
-    try:
-        leasing = request(rt.ref("credentials"), Lease(provider.name, call.call_id))
-    except ActorUnavailable:
-        leasing = None
+    leasing = request_lease(rt, call)
     try:
         verdict = await admit(rt, call_request)
     except (ActorUnavailable, StoreError) as exc:
-        _return_lease(rt, call, leasing)
+        return_lease(rt, call, leasing)
         # A shard restarting after a failed append says why it failed (a full disk,
         # say), which is what the client can act on; "not running" is not.
         reason = (rt.why_session_down(session_id) if isinstance(exc, ActorUnavailable)
@@ -117,14 +120,12 @@ async def chat_completions(
                          headers=[(b"retry-after", b"1")])
         return
     if isinstance(verdict, AdmissionRefused):
-        _return_lease(rt, call, leasing)
+        return_lease(rt, call, leasing)
         await send_error(send, verdict.status, verdict.message, kind=verdict.kind,
                          code=verdict.code or None)
         return
     try:
-        if leasing is None:
-            raise ActorUnavailable("the credential pool is not running")
-        call.lease = await wait(leasing)
+        await take_lease(call, leasing)
     except (NoCredential, ActorUnavailable) as exc:
         await complete(rt, call, call.outcome("no_credential", error=str(exc)))
         await send_error(send, 503, str(exc), kind="server_error", code="no_credential")
@@ -140,20 +141,6 @@ async def chat_completions(
         await asyncio.shield(complete(rt, call, call.outcome(
             "cancelled", error="cancelled at shutdown")))
         raise
-
-
-def _return_lease(rt: Runtime, call: ProxiedCall, leasing: "asyncio.Future[Leased] | None"
-                  ) -> None:
-    """Give back the key of a call that will not be sent, whenever the lease arrives."""
-    if leasing is None:
-        return
-
-    def done(future: "asyncio.Future[Leased]") -> None:
-        if not future.cancelled() and future.exception() is None:
-            call.lease = future.result()
-            release_key(rt, call)
-
-    leasing.add_done_callback(done)
 
 
 async def _forward(

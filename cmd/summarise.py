@@ -34,10 +34,16 @@ from typing import NamedTuple
 
 import aiohttp
 from loguru import logger
-from sessionwarden.actors.bridge import request, wait
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import AdmissionRefused, Lease, Leased
-from sessionwarden.cmd.calls import ProxiedCall, admit, complete, release_key
+from sessionwarden.actors.messages import AdmissionRefused
+from sessionwarden.cmd.calls import (
+    ProxiedCall,
+    admit,
+    complete,
+    request_lease,
+    return_lease,
+    take_lease,
+)
 from sessionwarden.cmd.runtime import Performer, Runtime
 from sessionwarden.config import ProviderConfig
 from sessionwarden.domain.calls import CallRequest, RequestShape
@@ -143,32 +149,26 @@ async def _attempt(rt: Runtime, work: SummaryWork, provider_name: str, model: st
                            prompt_chars=len(system) + len(prompt)),
         body=None, client=CLIENT, purpose="summary", parent_call=work.call_id,
     )
-    try:
-        leasing: asyncio.Future[Leased] | None = request(
-            rt.ref("credentials"), Lease(provider.name, call.call_id))
-    except ActorUnavailable:
-        leasing = None
+    leasing = request_lease(rt, call)
     try:
         verdict = await admit(rt, side)
     except (ActorUnavailable, StoreError) as exc:
-        _return_lease(rt, call, leasing)
+        return_lease(rt, call, leasing)
         logger.warning("summary call {}: not admitted: {}", call.call_id, exc)
         return _Attempt(failure="not recorded")
     except BaseException:
-        _return_lease(rt, call, leasing)
+        return_lease(rt, call, leasing)
         raise
     if isinstance(verdict, AdmissionRefused):  # side calls skip the stages; defensive
-        _return_lease(rt, call, leasing)
+        return_lease(rt, call, leasing)
         return _Attempt(failure=f"refused ({verdict.status})")
     try:
         try:
-            if leasing is None:
-                raise ActorUnavailable("the credential pool is not running")
-            call.lease = await wait(leasing)
+            lease = await take_lease(call, leasing)
         except (NoCredential, ActorUnavailable) as exc:
             await complete(rt, call, call.outcome("no_credential", error=str(exc)))
             return _Attempt(failure="no key", unusable="provider")
-        headers = forwarded_headers({}, adapter.auth_headers(call.lease.secret))
+        headers = forwarded_headers({}, adapter.auth_headers(lease.secret))
         return await _send(rt, call, provider, body, headers, timeout_s)
     except asyncio.CancelledError:
         await asyncio.shield(complete(rt, call, call.outcome(
@@ -218,17 +218,3 @@ async def _send(rt: Runtime, call: ProxiedCall, provider: ProviderConfig, body: 
         "ok", status=status, usage_block=usage, has_output=True, output_chars=len(text),
         rate_limit_headers=limits))
     return _Attempt(text=text)
-
-
-def _return_lease(rt: Runtime, call: ProxiedCall,
-                  leasing: "asyncio.Future[Leased] | None") -> None:
-    """Give back the key of a side call that will not be sent, whenever it arrives."""
-    if leasing is None:
-        return
-
-    def done(future: "asyncio.Future[Leased]") -> None:
-        if not future.cancelled() and future.exception() is None:
-            call.lease = future.result()
-            release_key(rt, call)
-
-    leasing.add_done_callback(done)
