@@ -38,12 +38,14 @@ so a case-insensitive search can start at the candidates).
 """
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
 __all__ = ["MAIN_LIST_KEYS", "MAIN_TEXT_KEYS", "STAND_IN_MAX_CHARS", "clip", "count_lines",
-           "dedupe_note", "exit_code", "fold", "main_text", "summary"]
+           "dedupe_note", "envelope", "envelope_main", "exit_code", "fold", "main_text",
+           "summary"]
 
 #: The longest a stand-in line can be; phase 1 never prunes a result this short.
 STAND_IN_MAX_CHARS = 200
@@ -139,19 +141,19 @@ MAIN_TEXT_KEYS = ("output", "stdout", "content")
 MAIN_LIST_KEYS = ("matches", "files", "results")
 
 
-def main_text(text: str) -> str | list[object]:
-    """The main text of a JSON-envelope result (module doc), else ``text`` itself.
-
-    A list (the envelope's results) when it has no main text but such a list.
-    """
+def envelope(text: str) -> dict[str, Any] | None:
+    """``text`` decoded when it is a JSON object (a tool's envelope), else None."""
     if not text.startswith("{") or not text.endswith("}"):
-        return text
+        return None
     try:
         value = _decode(text)
     except (msgspec.DecodeError, RecursionError):
-        return text
-    if not isinstance(value, dict):
-        return text
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def envelope_main(value: Mapping[str, Any]) -> str | list[object] | None:
+    """An envelope's main text, else its list of results, else None (module doc)."""
     for key in MAIN_TEXT_KEYS:
         found = value.get(key)
         if isinstance(found, str):
@@ -160,7 +162,17 @@ def main_text(text: str) -> str | list[object]:
         found = value.get(key)
         if isinstance(found, list):
             return found
-    return text
+    return None
+
+
+def main_text(text: str) -> str | list[object]:
+    """The main text of a JSON-envelope result (module doc), else ``text`` itself.
+
+    A list (the envelope's results) when it has no main text but such a list.
+    """
+    value = envelope(text)
+    main = envelope_main(value) if value is not None else None
+    return text if main is None else main
 
 
 def dedupe_note(call_id: str) -> str:

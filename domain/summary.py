@@ -294,13 +294,8 @@ def _envelope_failure(output: str) -> str | None:
     scanned for failure lines — the key ``"error"`` of a result that succeeded is not a
     failure.
     """
-    if not output.startswith("{") or not output.endswith("}"):
-        return None
-    try:
-        value = _decode(output)
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    if not isinstance(value, dict):
+    value = prune_lines.envelope(output)
+    if value is None:
         return None
     code = value.get("exit_code", value.get("returncode"))
     error, stderr = value.get("error"), value.get("stderr")
@@ -311,8 +306,8 @@ def _envelope_failure(output: str) -> str | None:
         return prune_lines.clip(f"exit {code}" + (f": {first}" if first else ""), LINE_CHARS)
     if error or value.get("success") is False or value.get("ok") is False:
         return prune_lines.clip(first or "failed", LINE_CHARS)
-    main = prune_lines.main_text(output)
-    return _failure(main) if isinstance(main, str) and main is not output else ""
+    main = prune_lines.envelope_main(value)
+    return _failure(main) if isinstance(main, str) else ""
 
 
 def _fails(text: str, low: str, found: dict[str, int], end: int) -> bool:
