@@ -31,12 +31,9 @@ from tests.support.fake_provider import FakeProviderServer, RecordedRequest
 
 
 @pytest.fixture
-def daemon(tmp_path: Path, fake: FakeProviderServer) -> Iterator[InProcessDaemon]:
-    d = InProcessDaemon(tmp_path / "events.db", fake)
-    try:
-        yield d.start()
-    finally:
-        d.stop()
+def daemon(inprocess: InProcessDaemon) -> InProcessDaemon:
+    """The shared in-process daemon (``tests/cmd/inprocess.py``), stopped at teardown."""
+    return inprocess
 
 
 def lines(count: int, width: int = 99) -> str:
