@@ -26,14 +26,14 @@ from sessionwarden.store import RecordedEvent
 
 __all__ = ["CredentialsView", "LedgerView", "RateLimitsView", "SessionsView"]
 
-_STARTED = SessionStarted.type_tag()
-# Logs of schema 3 hold CallAdmitted v2 rows too: a view rebuilt from them must count them.
-_ADMITTED = frozenset({CallAdmitted.type_tag(), "session.call_admitted.v2"})
-_REFUSED = CallRefused.type_tag()
-# And CallCompleted v1 rows (before pricing) for the same reason.
-_COMPLETED = frozenset({CallCompleted.type_tag(), "session.call_completed.v1"})
-_CREDENTIAL_TYPES = frozenset({CredentialAdded.type_tag(), CredentialRemoved.type_tag(),
-                               *_COMPLETED})
+# Every stored tag of each type, retired versions included: a view rebuilt from an older
+# log must count the events written before a schema change.
+_ADMITTED = CODEC.tags_of(CallAdmitted)
+_COMPLETED = CODEC.tags_of(CallCompleted)
+_SESSION_TYPES = (CODEC.tags_of(SessionStarted) | _ADMITTED | CODEC.tags_of(CallRefused)
+                  | _COMPLETED)
+_CREDENTIAL_TYPES = (CODEC.tags_of(CredentialAdded) | CODEC.tags_of(CredentialRemoved)
+                     | _COMPLETED)
 
 
 class SessionsView:
@@ -56,8 +56,7 @@ class SessionsView:
         """Fold session events."""
         for e in events:
             kind = e.type
-            if (kind not in _ADMITTED and kind not in _COMPLETED
-                    and kind not in (_STARTED, _REFUSED)):
+            if kind not in _SESSION_TYPES:
                 continue
             session_id = session_id_of(e.stream)
             if session_id is None:

@@ -78,6 +78,23 @@ class EventCodec:
         """Tags that are only read (and upcast), never written."""
         return frozenset(self._upcasters)
 
+    def tags_of(self, cls: type[Event]) -> frozenset[str]:
+        """Every stored tag that decodes to ``cls``: its own and the retired ones upcast to it.
+
+        A projection filtering rows by tag must match them all, or a view rebuilt from an
+        older log would miss the events written before the last schema change.
+        """
+        current = cls.type_tag()
+        tags = {current}
+        for tag in self._upcasters:
+            try:
+                chain = self._chain(tag)
+            except UnknownEventType:
+                continue
+            if chain and chain[-1].target == current:
+                tags.add(tag)
+        return frozenset(tags)
+
     def knows(self, type_tag: str) -> bool:
         """Whether ``type_tag`` can be decoded, directly or through upcasters."""
         return type_tag in self._classes or type_tag in self._upcasters

@@ -315,3 +315,13 @@ def write_missing_goldens() -> list[Path]:
 if __name__ == "__main__":
     for path in write_missing_goldens():
         print(f"wrote {path}", file=sys.stderr)
+
+
+def test_tags_of_names_every_stored_tag_that_decodes_to_a_class() -> None:
+    assert CODEC.tags_of(CallAdmitted) == {
+        "session.call_admitted.v1", "session.call_admitted.v2", "session.call_admitted.v3"}
+    assert CODEC.tags_of(CallCompleted) == {
+        "session.call_completed.v1", "session.call_completed.v2"}
+    for cls in ALL_EVENTS:
+        for tag in CODEC.tags_of(cls):
+            assert type(CODEC.decode(tag, golden(tag))) is cls
