@@ -6,6 +6,7 @@ request body, handed over to admission (the proxy does not touch it
 until the reply), and :class:`Leased` carries a secret, so its ``repr`` never shows it.
 """
 
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -19,14 +20,18 @@ __all__ = [
     "AdmissionGranted",
     "AdmissionRefused",
     "Admit",
+    "BudgetOf",
     "Committed",
     "Complete",
     "Lease",
     "Leased",
     "NeedsWork",
     "Release",
+    "ReleaseBudget",
     "RequestCompaction",
     "Resume",
+    "SetSessionCap",
+    "Settle",
     "UnusableProviders",
     "new_event",
 ]
@@ -65,12 +70,16 @@ class AdmissionGranted(msgspec.Struct, frozen=True):
 
 
 class AdmissionRefused(msgspec.Struct, frozen=True):
-    """Reply: the pipeline refused the call (recorded durably); tell the client why."""
+    """Reply: the pipeline refused the call (recorded durably); tell the client why.
+
+    ``retry_after_s``: when waiting helps (a daily cap used up), the ``Retry-After``.
+    """
 
     status: int
     message: str
     code: str
     kind: str
+    retry_after_s: int | None = None
 
 
 class NeedsWork(msgspec.Struct, frozen=True):
@@ -140,6 +149,40 @@ class Release(msgspec.Struct, frozen=True):
 
     provider: str
     fingerprint: str
+
+
+class Settle(msgspec.Struct, frozen=True):
+    """Tell the UsageLedgerActor what a recorded call cost (``cost`` None: unknown).
+
+    Its reservation becomes the cost; a call that held none (a side call) is charged.
+    """
+
+    call_id: str
+    session_id: str
+    provider: str
+    cost: str | None
+
+
+class ReleaseBudget(msgspec.Struct, frozen=True):
+    """Tell the UsageLedgerActor that ``call_id`` will not be sent: free its reservation."""
+
+    call_id: str
+
+
+class SetSessionCap(msgspec.Struct, frozen=True):
+    """Set the cap of ``session_id`` (None: no cap for it); reply its ``SessionBudget``.
+
+    The reply comes once SessionCapSet is durable.
+    """
+
+    session_id: str
+    usd: Decimal | None
+
+
+class BudgetOf(msgspec.Struct, frozen=True):
+    """Ask the UsageLedgerActor for ``session_id``'s ``SessionBudget`` (live figures)."""
+
+    session_id: str
 
 
 class Committed(msgspec.Struct, frozen=True):

@@ -219,7 +219,7 @@ class SessionActor(GovernedActor):
             answer = AdmissionGranted(verdict.request)
         else:
             answer = AdmissionRefused(verdict.status, verdict.message, verdict.code,
-                                      verdict.kind)
+                                      verdict.kind, verdict.retry_after_s)
         # The contents CallAdmitted's record names go in the same append: a call is never
         # recorded as sent with contents the log does not have.
         contents = (tuple(Content(key, data) for key, data in verdict.request.contents)

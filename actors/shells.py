@@ -1,14 +1,13 @@
-"""CompressorActor and UsageLedgerActor: started and supervised, filled by later issues.
+"""CompressorActor: started and supervised, filled by a later issue.
 
-They exist now so the runtime (start order, supervision, shutdown) is the one they will
-live in; until then they answer pings and refuse everything else. The ledger's rows are
-already there: ``view_ledger`` folds every CallCompleted; the UsageLedgerActor will own
-prices, costs and spend caps.
+It exists now so the runtime (start order, supervision, shutdown) is the one it will
+live in; until then it answers pings and refuses everything else. (Compression itself
+runs in the session's ``context`` stage.)
 """
 
 from sessionwarden.actors.bridge import GovernedActor, Reply
 
-__all__ = ["CompressorActor", "UsageLedgerActor"]
+__all__ = ["CompressorActor"]
 
 
 class CompressorActor(GovernedActor):
@@ -18,10 +17,3 @@ class CompressorActor(GovernedActor):
         """Refuse messages: compression is not implemented yet."""
         raise NotImplementedError("compression is not implemented yet")
 
-
-class UsageLedgerActor(GovernedActor):
-    """Will own prices, costs, spend caps and credit notices."""
-
-    def handle(self, message: object, reply: Reply) -> object:
-        """Refuse messages: pricing is not implemented yet."""
-        raise NotImplementedError("pricing is not implemented yet")

@@ -1,6 +1,9 @@
 """A proxied call's two steps through the actors: admission, then completion.
 
-:func:`admit` asks the session's actor to run the admission pipeline. When a stage needs
+:func:`admit` asks the UsageLedgerActor, which reserves the call's worst case against the
+spend caps (or decides its refusal) and hands it on to the session's actor to run the
+admission pipeline (a daemon without caps goes straight to the session's actor when the
+ledger is down: nothing needs holding). When a stage needs
 work it cannot do purely (a summary from a model, say), the actor answers
 :class:`~sessionwarden.actors.messages.NeedsWork`; the work is done here, on the event
 loop, by the runtime's performer for that kind of work, and admission resumes with the
@@ -12,7 +15,9 @@ any rate-limit observation) in one atomic append and replies once it is durable.
 actor that is restarting does not lose the record: the completion is retried, on its
 successor, until a deadline (the idempotency key makes a retry that races the first
 attempt harmless). It runs at most once per call, whichever path (normal end, upstream
-error, client gone, shutdown) gets there first.
+error, client gone, shutdown) gets there first. Once the completion is durable, the
+ledger is told its cost (:class:`~sessionwarden.actors.messages.Settle`); a call
+admission did not let through has its reservation released.
 """
 
 import asyncio
@@ -34,7 +39,9 @@ from sessionwarden.actors.messages import (
     Leased,
     NeedsWork,
     Release,
+    ReleaseBudget,
     Resume,
+    Settle,
 )
 from sessionwarden.cmd.access import note_call, note_completion
 from sessionwarden.cmd.runtime import Runtime
@@ -95,8 +102,14 @@ async def admit(rt: Runtime, request: CallRequest) -> AdmissionGranted | Admissi
         ActorUnavailable: the session's actor is not running or did not answer.
     """
     session_id, call_id = request.session_id, request.call_id
-    reply = await ask(rt.session_ref(session_id), Admit(request))
+    reply: object = None
     try:
+        try:
+            reply = await ask(rt.ref("ledger"), Admit(request))
+        except ActorUnavailable:
+            if rt.config.has_caps:
+                raise  # a cap must never be passed by because its keeper is down
+            reply = await ask(rt.session_ref(session_id), Admit(request))
         while isinstance(reply, NeedsWork):
             perform = rt.performers.get(type(reply.work))
             if perform is None:
@@ -109,9 +122,20 @@ async def admit(rt: Runtime, request: CallRequest) -> AdmissionGranted | Admissi
                 rt.session_ref(session_id).tell(Abandon(call_id))
             except Exception:
                 pass
+        _release_budget(rt, call_id)
         raise
     assert isinstance(reply, AdmissionGranted | AdmissionRefused), reply
+    if isinstance(reply, AdmissionRefused):
+        _release_budget(rt, call_id)
     return reply
+
+
+def _release_budget(rt: Runtime, call_id: str) -> None:
+    """The call will not be sent: free what the ledger reserved for it (if anything)."""
+    try:
+        rt.ref("ledger").tell(ReleaseBudget(call_id))
+    except Exception:
+        pass  # a restarted ledger rebuilt its spend from the log: nothing is held
 
 
 def request_lease(rt: Runtime, call: ProxiedCall) -> "asyncio.Future[Leased] | None":
@@ -188,6 +212,7 @@ async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool
                                  timeout=10.0)
             if isinstance(done, CallCompleted):
                 note_completion(done)
+                _settle(rt, done, outcome)
             return True
         except UnknownCall:
             if attempt > 1:
@@ -203,3 +228,13 @@ async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool
             logger.warning("call {}: completion attempt {} failed ({}); retrying",
                            call.call_id, attempt, exc)
             await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
+
+
+def _settle(rt: Runtime, done: CallCompleted, outcome: CallOutcome) -> None:
+    """Tell the ledger what the recorded call cost (its reservation becomes that)."""
+    try:
+        rt.ref("ledger").tell(Settle(done.call_id, outcome.session_id, outcome.provider,
+                                     done.cost if done.cost_status != "unknown" else None))
+    except Exception:
+        logger.warning("call {}: the ledger was not told its cost; its reservation stays "
+                       "held until the next start", done.call_id)

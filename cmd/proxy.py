@@ -84,6 +84,12 @@ async def chat_completions(
             send, 400, "X-Session-Id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -"
         )
         return
+    parent = headers.get("x-session-parent", "")
+    if parent and not _SESSION_ID.fullmatch(parent):
+        await send_error(
+            send, 400, "X-Session-Parent must be 1-128 characters of A-Z a-z 0-9 . _ : @ -"
+        )
+        return
     try:
         provider, upstream_model = rt.route(shape.model)
     except UnknownModel as exc:
@@ -101,7 +107,7 @@ async def chat_completions(
     call_request = CallRequest(
         call_id=call.call_id, session_id=session_id, provider=provider.name,
         model=upstream_model, api_mode=provider.api_mode, shape=shape, body=payload,
-        client=headers.get("user-agent", "")[:200],
+        client=headers.get("user-agent", "")[:200], parent_session=parent,
     )
     # The key is asked for while admission runs: neither waits for the other.
     leasing = request_lease(rt, call)
@@ -121,8 +127,10 @@ async def chat_completions(
         return
     if isinstance(verdict, AdmissionRefused):
         return_lease(rt, call, leasing)
+        wait_s = verdict.retry_after_s
         await send_error(send, verdict.status, verdict.message, kind=verdict.kind,
-                         code=verdict.code or None)
+                         code=verdict.code or None,
+                         headers=[(b"retry-after", str(wait_s).encode())] if wait_s else ())
         return
     try:
         await take_lease(call, leasing)

@@ -22,10 +22,11 @@ from loguru import logger
 from sessionwarden.actors.bridge import ask_blocking
 from sessionwarden.actors.checkpoint import CheckpointActor
 from sessionwarden.actors.credentials import CredentialPoolActor
+from sessionwarden.actors.ledger import UsageLedgerActor
 from sessionwarden.actors.messages import Committed, Complete, UnusableProviders
 from sessionwarden.actors.rateguard import RateGuardActor
 from sessionwarden.actors.session import SessionActor, session_shard
-from sessionwarden.actors.shells import CompressorActor, UsageLedgerActor
+from sessionwarden.actors.shells import CompressorActor
 from sessionwarden.actors.supervisor import ActorSpec, Supervisor
 from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.cmd.spills import write_spills
@@ -117,7 +118,8 @@ class Runtime:
                 log, every=checkpoint_every, max_wal_bytes=max_wal_bytes, on_failure=f)),
             ActorSpec("credentials", lambda f: CredentialPoolActor.start(
                 log, config.usable_providers, environ, on_failure=f)),
-            ActorSpec("ledger", lambda f: UsageLedgerActor.start(f)),
+            ActorSpec("ledger", lambda f: UsageLedgerActor.start(
+                log, config, self.session_ref, prices=prices, clock=clock_, on_failure=f)),
             ActorSpec("compressor", lambda f: CompressorActor.start(f)),
         ]
         specs += [

@@ -137,6 +137,7 @@ class ProviderConfig(_Section, frozen=True):
     hold no more, and never a healthy provider's); a call that finds it full waits at
     most ``connect_timeout_s``. ``read_timeout_s`` bounds the wait for the next bytes of
     an answer (the first ones included: a reasoning model may think for minutes).
+    ``daily_usd`` caps what the provider's calls may cost per UTC day (None: no cap).
     A provider whose ``base_url`` is :data:`SIM_BASE_URL` is *simulated*: its calls are
     answered inside the daemon (``sessionwarden.upstream.sim``) and need no key.
     """
@@ -152,11 +153,13 @@ class ProviderConfig(_Section, frozen=True):
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
     connect_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=600.0)] = 10.0
     read_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=3600.0)] = 300.0
+    daily_usd: Decimal | None = None
 
     def __post_init__(self) -> None:
-        """Check the name, the URLs and that every key is an ``env:NAME`` reference."""
+        """Check the name, the URLs, the cap and that every key is an ``env:NAME`` reference."""
         if not _NAME.fullmatch(self.name):
             raise InvalidField("name", "expected 1-64 letters, digits, '.', '_' or '-' (no '/')")
+        _check_money("daily_usd", self.daily_usd, positive=True)
         _check_url("base_url", self.base_url)
         if self.pricing_url:
             _check_url("pricing_url", self.pricing_url)
@@ -236,12 +239,18 @@ class CompressionConfig(_Section, frozen=True):
 
 
 class BudgetsConfig(_Section, frozen=True):
-    """``[budgets]``: iteration budgets (0 = unlimited) and USD caps (None = no cap)."""
+    """``[budgets]``: iteration budgets (0 = unlimited) and USD caps (None = no cap).
+
+    ``session_usd`` caps each session with its subtree (its ``X-Session-Parent``
+    children), ``daily_usd`` every call of a UTC day. ``allow_unpriced`` lets a model with
+    no price run under a cap (refused by default: its cost cannot be held).
+    """
 
     max_iterations: _NonNegative = 90
     child_max_iterations: _NonNegative = 50
     session_usd: Decimal | None = None
     daily_usd: Decimal | None = None
+    allow_unpriced: bool = False
 
     def __post_init__(self) -> None:
         """USD caps must be finite and above zero."""
@@ -275,6 +284,12 @@ class Config(_Section, frozen=True):
     compression: CompressionConfig = msgspec.field(default_factory=CompressionConfig)
     budgets: BudgetsConfig = msgspec.field(default_factory=BudgetsConfig)
     guardrails: GuardrailsConfig = msgspec.field(default_factory=GuardrailsConfig)
+
+    @property
+    def has_caps(self) -> bool:
+        """Whether any spend cap is configured (session, daily or a provider's)."""
+        return (self.budgets.session_usd is not None or self.budgets.daily_usd is not None
+                or any(p.daily_usd is not None for p in self.providers))
 
     def __post_init__(self) -> None:
         """Cross-checks: unique names, models on known providers, a resolvable summariser."""

@@ -119,6 +119,9 @@ def _prepare_money(raw: dict[str, Any], source: str) -> None:
     spots: list[tuple[object, str, str]] = []
     budgets = raw.get("budgets")
     spots += [(budgets, k, f"budgets.{k}") for k in ("session_usd", "daily_usd")]
+    providers = raw.get("providers")
+    for index, provider in enumerate(providers if isinstance(providers, list) else ()):
+        spots.append((provider, "daily_usd", f"providers[{index}].daily_usd"))
     models = raw.get("models")
     for index, model in enumerate(models if isinstance(models, list) else ()):
         price = model.get("price") if isinstance(model, dict) else None

@@ -58,6 +58,7 @@ class Refuse(NamedTuple):
     code: str = ""
     kind: str = "invalid_request_error"
     events: tuple[Event, ...] = ()
+    retry_after_s: int | None = None
 
 
 class Need(NamedTuple):
@@ -128,6 +129,7 @@ class Refused(NamedTuple):
     kind: str
     request: CallRequest
     events: tuple[Event, ...]
+    retry_after_s: int | None = None
 
 
 class Pending(NamedTuple):
@@ -181,7 +183,7 @@ class Pipeline:
         if isinstance(outcome, Need):
             return Pending(outcome.work, index, outcome.resume, request, events)
         return Refused(self.stages[index].name, outcome.status, outcome.message, outcome.code,
-                       outcome.kind, request, events + outcome.events)
+                       outcome.kind, request, events + outcome.events, outcome.retry_after_s)
 
 
 def verdict_events(state: SessionState, verdict: Admitted | Refused) -> list[Event]:
@@ -194,7 +196,8 @@ def verdict_events(state: SessionState, verdict: Admitted | Refused) -> list[Eve
     events: list[Event] = []
     if not state.started:
         events.append(SessionStarted(model=f"{request.provider}/{request.model}",
-                                     client=request.client))
+                                     client=request.client,
+                                     parent_session_id=request.parent_session or None))
     events.extend(verdict.events)
     if isinstance(verdict, Admitted):
         events.append(CallAdmitted(

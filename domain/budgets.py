@@ -57,10 +57,10 @@ Decisions where the issue is silent:
 """
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 from sessionwarden.domain.errors import UnknownCall
@@ -79,7 +79,9 @@ __all__ = [
     "Spend",
     "Tally",
     "adopt",
+    "charge",
     "display_usd",
+    "rebuild",
     "release",
     "reserve",
     "settle",
@@ -200,6 +202,10 @@ class Spend(msgspec.Struct, frozen=True):
     def tally(self, scope: Scope) -> Tally:
         """The tally of ``scope`` (zero if it never spent)."""
         return _get(self.buckets, scope)
+
+    def knows(self, scope: Scope) -> bool:
+        """Whether ``scope`` ever reserved or spent here (a released $0 counts)."""
+        return scope in self.buckets.get(hash(scope) & _MASK, _NO_TALLIES)
 
     def tallies(self) -> dict[Scope, Tally]:
         """Every scope's tally, in one new dict (for views and tests: it reads them all)."""
@@ -422,3 +428,64 @@ def release(spend: Spend, reservation: Reservation) -> Spend:
     Raises :class:`~sessionwarden.domain.errors.UnknownCall` if it holds none.
     """
     return _close(spend, reservation, _ZERO, 0)
+
+
+def charge(spend: Spend, session_id: str, provider: str, cost: Decimal | None,
+           now: datetime) -> Spend:
+    """Count the cost of a call that held no reservation: a side call of the daemon's own.
+
+    The model summariser's calls are never refused by a cap (the client call that needed
+    the summary already passed it), but their cost is the session's: it joins the
+    session's lineage, the provider's day and the day of ``now``, so the *next* call is
+    refused once they used the cap up. An unknown cost is counted in ``unknown`` only.
+    """
+    today = _day(now)
+    buckets = _rolled_over(spend, today)
+    amount = _ZERO if cost is None else cost
+    unknown = 1 if cost is None else 0
+    changes = {}
+    for scope in (*_lineage(spend.parents, session_id), Scope("provider", provider, today),
+                  Scope("day", today)):
+        old = _get(buckets, scope)
+        changes[scope] = Tally(old.spent + amount, old.reserved, old.unknown + unknown)
+    return Spend(_with_tallies(buckets, changes), spend.open, spend.parents, today)
+
+
+def rebuild(rows: Iterable[tuple[str, str, str, Decimal | None]],
+            parents: Mapping[str, str], now: datetime) -> Spend:
+    """The spend a ledger of completed calls implies: the state a restarted actor starts from.
+
+    ``rows`` are ``(session_id, provider, day, cost)`` (``day`` the UTC day, cost None when
+    unknown); ``parents`` each session's first-named parent. Sessions sum their subtree;
+    only today's (UTC, of ``now``) day scopes are kept. A call of unknown cost counts $0
+    and one ``unknown`` (its reservation was memory only: the views say the figure is a
+    lower bound). Nothing is reserved: calls in flight died with the previous process.
+    """
+    today = _day(now)
+    kept: dict[str, str] = {}
+    for child, parent in parents.items():  # the same rules adopt() applies, one by one
+        if not parent or parent == child:
+            continue
+        above = _lineage(kept, parent)
+        if Scope("session", child) not in above and len(above) < MAX_ANCESTRY:
+            kept[child] = parent
+    own: dict[str, Tally] = {}
+    tallies: dict[Scope, Tally] = {}
+
+    def add(table: dict[Any, Tally], key: object, amount: Decimal, unknown: int) -> None:
+        old = table.get(key, _EMPTY)
+        table[key] = Tally(old.spent + amount, _ZERO, old.unknown + unknown)
+
+    for session_id, provider, day, cost in rows:
+        amount, unknown = (_ZERO, 1) if cost is None else (cost, 0)
+        add(own, session_id, amount, unknown)
+        if day == today:
+            add(tallies, Scope("provider", provider, today), amount, unknown)
+            add(tallies, Scope("day", today), amount, unknown)
+    for session_id, tally in own.items():
+        for scope in _lineage(kept, session_id):
+            add(tallies, scope, tally.spent, tally.unknown)
+    buckets: dict[int, dict[Scope, Tally]] = {}
+    for scope, tally in tallies.items():
+        buckets.setdefault(hash(scope) & _MASK, {})[scope] = tally
+    return Spend(buckets, {}, kept, today)

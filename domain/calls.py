@@ -66,6 +66,11 @@ class CallRequest(msgspec.Struct, frozen=True):
     session's context state should the call be admitted; ``record`` what it sends, by
     content keys (CallAdmitted's ``request``); ``contents`` the new contents the record
     refers to, ``(key, bytes)``, stored in the same append.
+
+    ``parent_session`` is the session named by ``X-Session-Parent`` (recorded in
+    SessionStarted, the session's first call only). ``budget`` is the UsageLedgerActor's
+    answer before the pipeline runs: a ``domain.budgets.Reservation`` (held), a
+    ``domain.budgets.Refusal`` (the ``budgets`` stage refuses it), or None (no ledger).
     """
 
     call_id: str
@@ -81,6 +86,8 @@ class CallRequest(msgspec.Struct, frozen=True):
     context: Any = None
     contents: tuple[tuple[str, bytes], ...] = ()
     record: RequestRecord | None = None
+    parent_session: str = ""
+    budget: Any = None
 
     @property
     def estimated_tokens(self) -> int:

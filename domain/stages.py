@@ -1,9 +1,9 @@
 """The daemon's admission stages, in the order they run: the one place to add a stage.
 
-Today: request validation, then context governance (``domain.context``: recognition of
-the resent history, tool-result spill, compression). Planned, between the two, each in
-its own module of this package: ``budgets`` (spend caps reserved before sending) and
-``guardrails`` (iteration budget, tool-loop guardrails).
+Today: request validation, spend caps (``domain.spend_caps``: the ledger's reservation
+or refusal, recorded), then context governance (``domain.context``: recognition of the
+resent history, tool-result spill, compression). Planned, before context, in its own
+module: ``guardrails`` (iteration budget, tool-loop guardrails).
 """
 
 from collections.abc import Callable
@@ -15,6 +15,7 @@ from sessionwarden.domain.admission import Pipeline, StageResult, stage
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.context import ContextSettings, govern
 from sessionwarden.domain.session import SessionState
+from sessionwarden.domain.spend_caps import spend_caps
 from sessionwarden.domain.validation import validate_request
 
 __all__ = ["default_pipeline"]
@@ -39,4 +40,4 @@ def default_pipeline(config: Config, spill_dir: str = "spill",
     def context(state: SessionState, request: CallRequest, now: datetime) -> StageResult:
         return bound(state, request, now)
 
-    return Pipeline([validate_request, context])
+    return Pipeline([validate_request, spend_caps, context])

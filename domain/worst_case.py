@@ -19,8 +19,11 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from sessionwarden.domain.pricing import PriceLookup
+
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
+    "call_worst_case",
     "output_bound",
     "requested_max_tokens",
     "worst_case",
@@ -84,3 +87,24 @@ def output_bound(requested: int | None, model_max: int | None) -> int:
     if requested is not None:
         return requested
     return model_max if model_max is not None else DEFAULT_MAX_OUTPUT_TOKENS
+
+
+def call_worst_case(lookup: PriceLookup, input_tokens_estimate: int,
+                    max_output_tokens: int) -> Decimal | None:
+    """The worst case of a call under ``lookup``: None when it has no price.
+
+    An ``included`` route costs $0. The rates are the tier the input estimate falls in
+    (a cliff: the tier's rates apply to the whole request); an input or output without
+    a rate is no price at all.
+    """
+    if lookup.kind == "included":
+        return _ZERO
+    price = lookup.price
+    if lookup.kind != "price" or price is None:
+        return None
+    rates = price.rates(input_tokens_estimate)
+    if rates.input is None or rates.output is None:
+        return None
+    return worst_case(input_tokens_estimate, max_output_tokens,
+                      worst_input_price(rates.input, rates.cache_write), rates.output,
+                      price.request or _ZERO)

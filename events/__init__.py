@@ -9,6 +9,7 @@ them, and those are refused when opened, so the codec does not read them.
 """
 
 from sessionwarden.events.base import Event, parse_tag
+from sessionwarden.events.budgets import SessionCapSet
 from sessionwarden.events.codec import EncodedEvent, EventCodec, Upcaster
 from sessionwarden.events.context import (
     CompactionRequested,
@@ -64,6 +65,7 @@ __all__ = [
     "RateLimitBucketSeen",
     "RateLimitsObserved",
     "RequestRecord",
+    "SessionCapSet",
     "SessionStarted",
     "SummariserFailed",
     "ToolResultSpilled",
@@ -88,6 +90,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     CredentialAdded,
     CredentialRemoved,
     RateLimitsObserved,
+    SessionCapSet,
     WalCheckpointed,
 )
 

@@ -13,7 +13,7 @@ from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.messages import Admit, Complete
 from sessionwarden.actors.rateguard import RateGuardActor
 from sessionwarden.actors.session import SessionActor
-from sessionwarden.actors.shells import UsageLedgerActor
+from sessionwarden.actors.shells import CompressorActor
 from sessionwarden.actors.supervisor import ActorSpec, Supervisor
 from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.domain.calls import CallOutcome
@@ -178,7 +178,7 @@ def test_children_start_in_order_each_ready_before_the_next_and_stop_in_reverse(
         recorder("first"),
         spawn("rateguard", lambda f: RateGuardActor.start(
             log, lambda _: sup.ref("session-0"), on_failure=f)),
-        spawn("ledger", lambda f: UsageLedgerActor.start(f)),
+        spawn("ledger", lambda f: CompressorActor.start(f)),
         recorder("second"),
         spawn("session-0", lambda f: SessionActor.start(log, on_failure=f)),
         recorder("third"),

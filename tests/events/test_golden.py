@@ -32,6 +32,7 @@ from sessionwarden.events import (
     RateLimitBucketSeen,
     RateLimitsObserved,
     RequestRecord,
+    SessionCapSet,
     SessionStarted,
     SummariserFailed,
     ToolResultSpilled,
@@ -46,6 +47,7 @@ TAG = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*\.v[1-9][0-9]*$")
 #: What each golden payload decodes to. Current versions set every field to a
 #: non-default value, so the golden bytes pin the name and encoding of every field.
 EXPECTED: dict[str, Event] = {
+    "budgets.session_cap_set.v1": SessionCapSet(session_id="sess-7", usd="2.50"),
     "session.started.v1": SessionStarted(model="gpt-4o", client="", parent_session_id=None),
     "session.started.v2": SessionStarted(
         model="claude-sonnet", client="claude-code/1.2", parent_session_id="sess-1",

@@ -1,0 +1,49 @@
+"""The view the UsageLedgerActor recovers its sessions' lineage from.
+
+``view_session_parents``: each session named with a parent (``X-Session-Parent`` on its
+first call, recorded in SessionStarted) and that parent. The ledger folds it into its
+spend at start (``domain.budgets.rebuild``: a session's cap holds its whole subtree),
+and ``status --session`` reads it to sum a subtree's spend. Like every view it folds
+only the events it is given, so a rebuild from zero gives the same rows.
+"""
+
+from collections.abc import Sequence
+
+import apsw
+from sessionwarden.domain.session import session_id_of
+from sessionwarden.events import CODEC, SessionStarted
+from sessionwarden.store import RecordedEvent
+
+__all__ = ["SessionParentsView"]
+
+_STARTED = CODEC.tags_of(SessionStarted)
+
+
+class SessionParentsView:
+    """``view_session_parents``: ``(session_id, parent)`` for sessions started with one."""
+
+    name = "session_parents"
+    tables: tuple[str, ...] = ("view_session_parents",)
+
+    def create(self, conn: apsw.Connection) -> None:
+        """Create ``view_session_parents`` and its index by parent (a subtree's walk)."""
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS view_session_parents ("
+            " session_id TEXT PRIMARY KEY, parent TEXT NOT NULL) WITHOUT ROWID;"
+            "CREATE INDEX IF NOT EXISTS view_session_parents_parent"
+            " ON view_session_parents (parent, session_id);"
+        )
+
+    def apply(self, conn: apsw.Connection, events: Sequence[RecordedEvent]) -> None:
+        """Record the parent a session started with (a session starts once)."""
+        for e in events:
+            if e.type not in _STARTED:
+                continue
+            session_id = session_id_of(e.stream)
+            if session_id is None:
+                continue
+            event = CODEC.decode(e.type, e.data)
+            assert isinstance(event, SessionStarted)
+            if event.parent_session_id:
+                conn.execute("INSERT OR IGNORE INTO view_session_parents VALUES (?, ?)",
+                             (session_id, event.parent_session_id))

@@ -1,0 +1,229 @@
+"""UsageLedgerActor: holds every call's worst case against the spend caps before it is sent.
+
+Caps span sessions (a parent's cap holds its subagents, a daily cap every call), so no
+session's actor can decide them: one actor owns the daemon's :class:`Spend` and
+serialises every reservation, which is what makes them atomic — 20 concurrent calls
+against a cap that fits 5 get 5 reservations (peers.md, pain point 11).
+
+Admission passes through here first (as completions pass through the rate guard): the
+ledger adopts the session's parent (``X-Session-Parent``), prices the call's worst case
+(``domain.worst_case``: the estimated input and the output bound, at the price book's
+rates), reserves it or decides the refusal (``domain.budgets.reserve``), and hands the
+request on to the session's actor with its answer in ``CallRequest.budget``; the
+``budgets`` stage there records a refusal as CallRefused, so a refused call is in the
+log like any other. Nothing is appended here per call: the spend is the ledger's
+(CallCompleted carries each cost) and is folded back from ``view_ledger`` at start.
+
+The proxy tells :class:`Settle` once the completion is durable (the reservation becomes
+the real cost; a side call, which reserved nothing, is charged) and
+:class:`ReleaseBudget` when a reserved call is not sent after all. A lost message
+leaves money reserved until the next start (conservative: a cap never overshoots
+because a message went missing).
+
+Stream ``budgets``: SessionCapSet, a session's cap set through the control API.
+"""
+
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+import pykka
+from loguru import logger
+from sessionwarden.actors.bridge import PENDING, Call, GovernedActor, Reply, tell
+from sessionwarden.actors.errors import ActorCrash
+from sessionwarden.actors.messages import (
+    Admit,
+    BudgetOf,
+    ReleaseBudget,
+    SetSessionCap,
+    Settle,
+    new_event,
+)
+from sessionwarden.clock import Clock, SystemClock
+from sessionwarden.config import Config
+from sessionwarden.domain.budgets import (
+    BudgetCall,
+    Caps,
+    Reserved,
+    Scope,
+    Spend,
+    adopt,
+    charge,
+    rebuild,
+    release,
+    reserve,
+    settle,
+)
+from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.price_book import PriceBook
+from sessionwarden.domain.spend_caps import session_budget
+from sessionwarden.domain.worst_case import call_worst_case, output_bound, requested_max_tokens
+from sessionwarden.events import CODEC, SessionCapSet
+from sessionwarden.store import ANY, EventLog, StreamAppend
+from sessionwarden.store.errors import StoreError
+from sessionwarden.store.writer import AppendRequest
+
+__all__ = ["BUDGETS_STREAM", "UsageLedgerActor", "caps_of"]
+
+#: The stream of the ledger's own facts (a session's cap set through the control API).
+BUDGETS_STREAM = "budgets"
+
+
+def caps_of(config: Config, overrides: dict[str, Decimal | None]) -> Caps:
+    """The caps ``config`` sets, with the sessions' caps set through the control API."""
+    return Caps(session_usd=config.budgets.session_usd, session_overrides=overrides,
+                daily_usd=config.budgets.daily_usd,
+                provider_daily_usd={p.name: p.daily_usd for p in config.providers
+                                    if p.daily_usd is not None},
+                allow_unpriced=config.budgets.allow_unpriced)
+
+
+class UsageLedgerActor(GovernedActor):
+    """Reserves, settles and releases calls' money against the caps; owns session caps."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        config: Config,
+        session_ref: Callable[[str], "pykka.ActorRef[Any]"],
+        *,
+        prices: PriceBook | None = None,
+        clock: Clock | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """Serve from ``log``; ``session_ref`` finds the actor owning a session.
+
+        ``prices`` prices the worst cases (without it every model is unpriced: under a
+        cap, refused unless ``allow_unpriced``).
+        """
+        super().__init__(on_failure)
+        self._log = log
+        self._config = config
+        self._session_ref = session_ref
+        self._prices = prices
+        self._clock = clock or SystemClock()
+        self._spend = Spend()
+        self._overrides: dict[str, Decimal | None] = {}
+        self._caps = caps_of(config, {})
+
+    def on_start(self) -> None:
+        """Recover the spend and the sessions' caps from the log."""
+        self._spend, self._overrides = self.load()
+        self._caps = caps_of(self._config, self._overrides)
+
+    def load(self) -> tuple[Spend, dict[str, Decimal | None]]:
+        """The one loader: every completed call's cost, the lineage, the sessions' caps."""
+        conn = self._log.read_connection()
+        with conn:  # one read transaction: the ledger and the parents agree
+            parents = {str(s): str(p) for s, p in conn.execute(
+                "SELECT session_id, parent FROM view_session_parents")}
+            spend = rebuild(
+                ((s, p, d, None if c is None else Decimal(c)) for s, p, d, c in conn.execute(
+                    "SELECT session_id, provider, day, cost FROM view_ledger")),
+                parents, self._clock.now())
+        overrides: dict[str, Decimal | None] = {}
+        for record in self._log.read_stream(BUDGETS_STREAM):
+            event = CODEC.decode(record.type, record.data)
+            if isinstance(event, SessionCapSet):
+                overrides[event.session_id] = None if event.usd is None else Decimal(event.usd)
+        return spend, overrides
+
+    def handle(self, message: object, reply: Reply) -> object:
+        """Admit (reserve, then on to the session), Settle, ReleaseBudget, caps and figures."""
+        if isinstance(message, Admit):
+            request = self._judge(message.request)
+            tell(self._session_ref(request.session_id), Call(Admit(request), reply))
+            return PENDING
+        if isinstance(message, Settle):
+            self._settle(message)
+            return None
+        if isinstance(message, ReleaseBudget):
+            held = self._spend.open.get(message.call_id)
+            if held is not None:
+                self._spend = release(self._spend, held)
+            return None
+        if isinstance(message, BudgetOf):
+            return session_budget(self._spend, self._caps, message.session_id)
+        if isinstance(message, SetSessionCap):
+            return self._set_cap(message, reply)
+        if isinstance(message, _CapDurable):
+            return self._cap_durable(message)
+        raise TypeError(f"UsageLedgerActor cannot handle {type(message).__name__}")
+
+    def _judge(self, request: CallRequest) -> CallRequest:
+        """``request`` with its parent as the ledger knows it and its reservation or refusal."""
+        spend = self._spend
+        session = request.session_id
+        # A parent counts only for a session the ledger has not seen spend anything: a
+        # session's lineage must not change under money it already holds.
+        if (request.parent_session and session not in spend.parents
+                and not spend.knows(Scope("session", session))):
+            spend = adopt(spend, session, request.parent_session)
+        parent = spend.parents.get(session, "")
+        if request.purpose:  # a side call is charged when it ends, never refused
+            self._spend = spend
+            return msgspec.structs.replace(request, parent_session=parent)
+        now = self._clock.now()
+        worst: Decimal | None = None
+        if self._prices is not None:
+            lookup = self._prices.lookup(request.provider, request.model, at=now)
+            entry = self._config.model_for(request.provider, request.model)
+            fields = getattr(request.body, "fields", None)
+            bound = output_bound(requested_max_tokens(fields),
+                                 entry.max_output_tokens if entry is not None else None)
+            worst = call_worst_case(lookup, request.estimated_tokens, bound)
+        decided = reserve(spend, self._caps, BudgetCall(
+            call_id=request.call_id, session_id=session, provider=request.provider,
+            worst_case=worst), now)
+        if isinstance(decided, Reserved):
+            self._spend = decided.spend
+            return msgspec.structs.replace(request, parent_session=parent,
+                                           budget=decided.reservation)
+        self._spend = spend
+        return msgspec.structs.replace(request, parent_session=parent, budget=decided)
+
+    def _settle(self, message: Settle) -> None:
+        cost = None if message.cost is None else Decimal(message.cost)
+        held = self._spend.open.get(message.call_id)
+        if held is not None:
+            self._spend = settle(self._spend, held, cost)
+        else:  # a side call, or a call admitted before the ledger restarted
+            self._spend = charge(self._spend, message.session_id, message.provider, cost,
+                                 self._clock.now())
+
+    def _set_cap(self, message: SetSessionCap, reply: Reply) -> object:
+        usd = message.usd
+        event = SessionCapSet(session_id=message.session_id,
+                              usd=None if usd is None else str(usd))
+        part = StreamAppend(BUDGETS_STREAM, (new_event(event),), ANY)
+        session_id = message.session_id
+
+        def committed(request: AppendRequest) -> None:
+            # The writer's thread: the cap takes effect in the actor's own thread, so no
+            # reservation ever sees it half-applied; the reply follows from there.
+            try:
+                self.actor_ref.tell(Call(_CapDurable(session_id, usd, request.error), reply))
+            except Exception:
+                reply(None, request.error or ActorCrash("the ledger stopped"))
+
+        try:
+            self._log.submit([part], callback=committed)
+        except StoreError as exc:
+            raise ActorCrash(f"cannot append: {exc}") from exc
+        return PENDING
+
+    def _cap_durable(self, done: "_CapDurable") -> object:
+        """A cap's event is durable (or failed): apply it and answer."""
+        if done.error is not None:
+            logger.error("session {}: cap not recorded: {}", done.session_id, done.error)
+            raise done.error
+        self._overrides = {**self._overrides, done.session_id: done.usd}
+        self._caps = caps_of(self._config, self._overrides)
+        return session_budget(self._spend, self._caps, done.session_id)
+
+
+class _CapDurable(msgspec.Struct, frozen=True):
+    session_id: str
+    usd: Decimal | None
+    error: Any = None

@@ -1,0 +1,67 @@
+"""The ``budgets`` admission stage: a call the spend caps cannot hold is refused unsent.
+
+The decision itself is the UsageLedgerActor's (``domain.budgets.reserve``, over every
+session's spend: caps span sessions, so no session's state can decide them). The proxy
+asks the ledger first; the ledger reserves the call's worst case, or refuses it, and
+hands the request on to the session's actor with its answer in ``CallRequest.budget``.
+This stage turns that answer into the session's record: a
+:class:`~sessionwarden.domain.budgets.Refusal` becomes a refusal (HTTP 402, recorded as
+CallRefused by stage ``budgets``, with ``Retry-After`` when a daily cap is the one in
+the way); a held reservation, or no answer (no ledger: embedders, tests), proceeds.
+
+It runs right after validation and before context governance, so a refused call
+writes no spill file and costs no summary; the worst case is therefore reckoned on the
+request as the client sent it, an upper bound of what governance forwards.
+"""
+
+from datetime import datetime
+from decimal import Decimal
+
+import msgspec
+from sessionwarden.domain.admission import Proceed, Refuse, StageResult, stage
+from sessionwarden.domain.budgets import Caps, Refusal, Scope, Spend
+from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.session import SessionState
+
+__all__ = ["SessionBudget", "session_budget", "spend_caps"]
+
+
+@stage("budgets")
+def spend_caps(state: SessionState, request: CallRequest, now: datetime) -> StageResult:
+    """Refuse the call the ledger refused; let a reserved (or unjudged) call through."""
+    decision = request.budget
+    if isinstance(decision, Refusal):
+        return Refuse(decision.status, decision.message, decision.code, decision.kind,
+                      retry_after_s=decision.retry_after_s)
+    return Proceed(request)
+
+
+class SessionBudget(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's cap and its subtree's money, exact decimal strings (JSON-ready).
+
+    ``cap`` and ``left`` are None without a cap; ``left`` is never below "0".
+    ``unknown_calls`` counts calls settled with an unknown cost (``spent`` holds each
+    at its worst case, or $0 for an unpriced model allowed to run). ``parent`` is the
+    session it draws from too, "" for none.
+    """
+
+    session_id: str
+    cap: str | None
+    spent: str
+    reserved: str
+    left: str | None
+    unknown_calls: int = 0
+    parent: str = ""
+
+
+def session_budget(spend: Spend, caps: Caps, session_id: str) -> SessionBudget:
+    """What ``session_id``'s cap holds now: spent and reserved by its subtree, what is left."""
+    scope = Scope("session", session_id)
+    tally = spend.tally(scope)
+    cap = caps.cap(scope)
+    left = None if cap is None else max(Decimal(0), cap - tally.spent - tally.reserved)
+    return SessionBudget(session_id=session_id, cap=None if cap is None else str(cap),
+                         spent=str(tally.spent), reserved=str(tally.reserved),
+                         left=None if left is None else str(left),
+                         unknown_calls=tally.unknown,
+                         parent=spend.parents.get(session_id, ""))
