@@ -11,6 +11,15 @@
   next call: the daemon keeps hashes of a stateless client's history, not the history,
   so the next request is what brings the messages to compress. 404 for an unknown session,
   503 when its actor or the log cannot take the request.
+- ``GET /v1/sessions/{id}/budget``: the session's cap and its subtree's money as the
+  UsageLedgerActor holds them now (reservations of calls in flight included):
+  ``{"session_id", "cap", "spent", "reserved", "left", "unknown_calls", "parent"}``,
+  amounts exact decimal strings, ``cap``/``left`` null without a cap.
+- ``PUT /v1/sessions/{id}/budget`` with ``{"session_usd": "2.50"}`` sets that session's
+  cap (it holds the session and every child naming it in ``X-Session-Parent``), and
+  ``{"session_usd": null}`` lifts it for that session; the amount is a decimal *string*
+  (a JSON number is inexact), above 0. Answers the budget as GET does, once the
+  SessionCapSet event is durable; the next call is judged by it.
 
 Auth is the daemon's: like every path but ``/healthz``, these need ``Authorization:
 Bearer <token>`` (checked in ``cmd/server.py`` before routing, with the Host check), and
@@ -20,11 +29,12 @@ the proxy's ``X-Session-Id`` rule. Errors are OpenAI-shaped JSON, as everywhere 
 
 import asyncio
 import re
+from decimal import Decimal, InvalidOperation
 
 import msgspec
 from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import RequestCompaction
+from sessionwarden.actors.messages import BudgetOf, RequestCompaction, SetSessionCap
 from sessionwarden.cmd.errors import BodyTooLarge
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, read_body, send_error, send_json
 from sessionwarden.cmd.runtime import Runtime
@@ -50,23 +60,37 @@ class _CompactBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 _decode_compact = msgspec.json.Decoder(_CompactBody).decode
 
 
+class _BudgetBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    session_usd: str | None
+
+
+_decode_budget = msgspec.json.Decoder(_BudgetBody).decode
+#: The largest session cap accepted, in USD (a typo's extra zeros are refused).
+MAX_SESSION_USD = Decimal(1_000_000)
+#: Each action after the session id, and the methods it answers.
+_ROUTES = {"": ("GET",), "compact": ("POST",), "budget": ("GET", "PUT")}
+
+
 async def control(rt: Runtime, method: str, path: str, receive: ASGIReceive,
                   send: ASGISend) -> None:
     """Serve a request whose ``path`` starts with :data:`CONTROL_PREFIX` (already authorised)."""
     session_id, slash, action = path[len(CONTROL_PREFIX):].partition("/")
-    if slash and action != "compact":
+    methods = _ROUTES.get(action) if slash or not action else None
+    if methods is None or (slash and not action):
         await send_error(send, 404, f"no route for {method} {path}", code="not_found")
         return
     if not SESSION_ID.fullmatch(session_id):
         await send_error(send, 400, "a session id is 1-128 characters of A-Z a-z 0-9 . _ : @ -",
                          code="invalid_session_id")
         return
-    wanted = "POST" if slash else "GET"
-    if method != wanted:
-        await send_error(send, 405, f"use {wanted}", headers=[(b"allow", wanted.encode())])
+    if method not in methods:
+        allowed = ", ".join(methods)
+        await send_error(send, 405, f"use {allowed}", headers=[(b"allow", allowed.encode())])
         return
-    if slash:
+    if action == "compact":
         await _compact(rt, session_id, receive, send)
+    elif action == "budget":
+        await _budget(rt, session_id, method, receive, send)
     else:
         await _status(rt, session_id, send)
 
@@ -126,3 +150,48 @@ async def _compact(rt: Runtime, session_id: str, receive: ASGIReceive, send: ASG
         await send_error(send, 404, f"no session {session_id!r}", code="session_not_found")
         return
     await send_json(send, 202, {"session_id": session_id, "scheduled": True, "focus": focus})
+
+
+async def _cap(receive: ASGIReceive, send: ASGISend) -> tuple[Decimal | None] | None:
+    """The cap a PUT asks for (in a 1-tuple: None lifts it), or None once an error was sent."""
+    try:
+        body = await read_body(receive, _MAX_BODY)
+    except BodyTooLarge:
+        await send_error(send, 413, f"body exceeds {_MAX_BODY} bytes", code="body_too_large")
+        return None
+    except ConnectionAbortedError:
+        return None
+    expected = 'expected a JSON object {"session_usd": "<USD as a decimal string>" or null}'
+    try:
+        text = _decode_budget(body).session_usd
+    except msgspec.DecodeError as exc:  # ValidationError included: a number, a missing key
+        await send_error(send, 400, f"{expected}: {exc}", code="invalid_body")
+        return None
+    if text is None:
+        return (None,)
+    try:
+        usd = Decimal(text.strip())
+    except InvalidOperation:
+        usd = Decimal("NaN")
+    if not usd.is_finite() or usd <= 0 or usd > MAX_SESSION_USD:
+        await send_error(send, 400, f"session_usd must be a decimal string above 0 and at most "
+                         f"{MAX_SESSION_USD}, such as \"2.50\" (null lifts the cap)",
+                         code="invalid_cap")
+        return None
+    return (usd,)
+
+
+async def _budget(rt: Runtime, session_id: str, method: str, receive: ASGIReceive,
+                  send: ASGISend) -> None:
+    message: BudgetOf | SetSessionCap = BudgetOf(session_id)
+    if method == "PUT":
+        cap = await _cap(receive, send)
+        if cap is None:
+            return
+        message = SetSessionCap(session_id, cap[0])
+    try:
+        budget = await ask(rt.ref("ledger"), message)
+    except (ActorUnavailable, StoreError) as exc:
+        await _unavailable(send, "reach its spend ledger", exc)
+        return
+    await send_json(send, 200, msgspec.to_builtins(budget))

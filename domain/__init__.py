@@ -38,8 +38,9 @@ Each policy has its home here (modules marked *planned* arrive with their issue)
 ``pricing``              prices and costs: Price, cost()
 ``pricing_library``      genai-prices' bundled data, read-only, as our prices
 ``price_book``           which price a call gets: billing, overrides, the library
-``budgets``              spend caps reserved before sending (wiring *planned*);
+``budgets``              spend caps reserved before sending; the spend rebuilt at start;
                          iteration budgets (*planned*)
+``spend_caps``           the budgets stage; a session's budget figures
 ``worst_case``           a call's worst-case cost and output bound
 ``credit_readings``      credit balances: x-nous-credits headers, OpenRouter's key endpoint
 ``credits``              credit notices: usage bands, grant spent, depleted/restored

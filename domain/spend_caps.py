@@ -54,14 +54,19 @@ class SessionBudget(msgspec.Struct, frozen=True, kw_only=True):
     parent: str = ""
 
 
+def _plain(amount: Decimal) -> str:
+    """An exact amount without trailing zeros or an exponent: ``0.02``, ``0``, ``1500``."""
+    return f"{amount.normalize():f}" if amount else "0"
+
+
 def session_budget(spend: Spend, caps: Caps, session_id: str) -> SessionBudget:
     """What ``session_id``'s cap holds now: spent and reserved by its subtree, what is left."""
     scope = Scope("session", session_id)
     tally = spend.tally(scope)
     cap = caps.cap(scope)
     left = None if cap is None else max(Decimal(0), cap - tally.spent - tally.reserved)
-    return SessionBudget(session_id=session_id, cap=None if cap is None else str(cap),
-                         spent=str(tally.spent), reserved=str(tally.reserved),
-                         left=None if left is None else str(left),
+    return SessionBudget(session_id=session_id, cap=None if cap is None else _plain(cap),
+                         spent=_plain(tally.spent), reserved=_plain(tally.reserved),
+                         left=None if left is None else _plain(left),
                          unknown_calls=tally.unknown,
                          parent=spend.parents.get(session_id, ""))

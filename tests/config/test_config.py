@@ -235,6 +235,8 @@ def test_structs_are_frozen() -> None:
         ("[budgets]\ndaily_usd = 'NaN'\n", "budgets.daily_usd", "above 0"),
         ("[budgets]\ndaily_usd = 'lots'\n", "budgets.daily_usd", "invalid decimal"),
         ("[tools]\noverrides = { terminal = 0 }\n", "tools.overrides", ">= 1"),
+        (PROVIDER + "daily_usd = 2.5\n", "providers[0].daily_usd", "quote the number"),
+        (PROVIDER + "daily_usd = '0'\n", "providers[0].daily_usd", "above 0"),
         (PROVIDER + 'base_url = "ftp://x"', "providers[0]", None),
         (
             PROVIDER.replace("https://x.test/v1", "ftp://x.test") + "\n",
@@ -479,3 +481,10 @@ def test_unknown_model_message_is_bounded() -> None:
 def test_direct_construction_validates_keys() -> None:
     with pytest.raises(ValueError, match="keys"):
         ProviderConfig(name="p", base_url="https://x.test", keys=("sk-literal-abcdefghijkl",))
+
+
+def test_a_providers_daily_cap_and_allow_unpriced_parse_exactly() -> None:
+    config = parse_config(PROVIDER + 'daily_usd = "20.10"\n[budgets]\nallow_unpriced = true\n')
+    assert config.providers[0].daily_usd == Decimal("20.10")
+    assert config.budgets.allow_unpriced and config.has_caps
+    assert not parse_config(PROVIDER + 'daily_usd = ""\n').has_caps
