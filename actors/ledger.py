@@ -167,12 +167,17 @@ class UsageLedgerActor(GovernedActor):
         now = self._clock.now()
         worst: Decimal | None = None
         if self._prices is not None:
-            lookup = self._prices.lookup(request.provider, request.model, at=now)
             entry = self._config.model_for(request.provider, request.model)
             fields = getattr(request.body, "fields", None)
             bound = output_bound(requested_max_tokens(fields),
                                  entry.max_output_tokens if entry is not None else None)
-            worst = call_worst_case(lookup, request.estimated_tokens, bound)
+            try:
+                lookup = self._prices.lookup(request.provider, request.model, at=now)
+            except Exception as exc:  # the price data's own failure: no price, said so
+                logger.warning("call {}: no price for {}/{} ({}: {})", request.call_id,
+                               request.provider, request.model, type(exc).__name__, exc)
+            else:
+                worst = call_worst_case(lookup, request.estimated_tokens, bound)
         decided = reserve(spend, self._caps, BudgetCall(
             call_id=request.call_id, session_id=session, provider=request.provider,
             worst_case=worst), now)

@@ -19,11 +19,11 @@ from decimal import Decimal
 
 import msgspec
 from sessionwarden.domain.admission import Proceed, Refuse, StageResult, stage
-from sessionwarden.domain.budgets import Caps, Refusal, Scope, Spend
+from sessionwarden.domain.budgets import Caps, Refusal, Scope, Spend, Tally
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.session import SessionState
 
-__all__ = ["SessionBudget", "session_budget", "spend_caps"]
+__all__ = ["SessionBudget", "budget_of", "session_budget", "spend_caps"]
 
 
 @stage("budgets")
@@ -59,14 +59,18 @@ def _plain(amount: Decimal) -> str:
     return f"{amount.normalize():f}" if amount else "0"
 
 
-def session_budget(spend: Spend, caps: Caps, session_id: str) -> SessionBudget:
-    """What ``session_id``'s cap holds now: spent and reserved by its subtree, what is left."""
-    scope = Scope("session", session_id)
-    tally = spend.tally(scope)
-    cap = caps.cap(scope)
+def budget_of(session_id: str, cap: Decimal | None, tally: Tally,
+              parent: str = "") -> SessionBudget:
+    """The figures of a session whose subtree's money is ``tally`` under ``cap``."""
     left = None if cap is None else max(Decimal(0), cap - tally.spent - tally.reserved)
     return SessionBudget(session_id=session_id, cap=None if cap is None else _plain(cap),
                          spent=_plain(tally.spent), reserved=_plain(tally.reserved),
                          left=None if left is None else _plain(left),
-                         unknown_calls=tally.unknown,
-                         parent=spend.parents.get(session_id, ""))
+                         unknown_calls=tally.unknown, parent=parent)
+
+
+def session_budget(spend: Spend, caps: Caps, session_id: str) -> SessionBudget:
+    """What ``session_id``'s cap holds now: spent and reserved by its subtree, what is left."""
+    scope = Scope("session", session_id)
+    return budget_of(session_id, caps.cap(scope), spend.tally(scope),
+                     spend.parents.get(session_id, ""))

@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import openai
 import pytest
+from sessionwarden.cmd.budget_status import read_budget
 from sessionwarden.events import CODEC, CallRefused, SessionStarted
+from sessionwarden.store import EventLog
 
 from tests.cmd.daemon_fixtures import MODEL
 from tests.cmd.inprocess import InProcessDaemon
@@ -260,6 +263,17 @@ def test_children_draw_from_their_parents_cap_and_it_survives_a_restart(
     finally:
         again.stop()
     assert len(fake.state.snapshot()) == 3
+    # The log alone (the daemon stopped) knows the subtree's spend and the lifted cap.
+    with EventLog(tmp_path / "events.db", readonly=True) as log:
+        budget = msgspec.to_builtins(read_budget(log, again.config, "agent"))
+        child = read_budget(log, again.config, "child-3")
+        costs = {s: Decimal(c) for s, c in log.read_connection().execute(
+            "SELECT session_id, cost FROM view_ledger")}
+    assert budget["cap"] is None and budget["left"] is None and budget["reserved"] == "0"
+    assert Decimal(budget["spent"]) == sum(costs.values()) > Decimal("0.02")
+    assert budget["unknown_calls"] == 0
+    assert (child.parent, child.cap, Decimal(child.spent)) == ("agent", "0.015",
+                                                               costs["child-3"])
 
 
 def test_the_budget_api_refuses_bad_caps(daemon: InProcessDaemon) -> None:
