@@ -112,14 +112,21 @@ async def _status(rt: Runtime, session_id: str, send: ASGISend) -> None:
     await send_json(send, 200, status_json(status))
 
 
-async def _focus(receive: ASGIReceive, send: ASGISend) -> str | None:
-    """The request's focus ("" without a body), or None once an error has been sent."""
+async def _small_body(receive: ASGIReceive, send: ASGISend) -> bytes | None:
+    """The request's body, at most :data:`_MAX_BODY` bytes; None once an error was sent."""
     try:
-        body = await read_body(receive, _MAX_BODY)
+        return await read_body(receive, _MAX_BODY)
     except BodyTooLarge:
         await send_error(send, 413, f"body exceeds {_MAX_BODY} bytes", code="body_too_large")
-        return None
     except ConnectionAbortedError:
+        pass  # the client is gone: nobody to answer
+    return None
+
+
+async def _focus(receive: ASGIReceive, send: ASGISend) -> str | None:
+    """The request's focus ("" without a body), or None once an error has been sent."""
+    body = await _small_body(receive, send)
+    if body is None:
         return None
     if not body.strip():
         return ""
@@ -154,12 +161,8 @@ async def _compact(rt: Runtime, session_id: str, receive: ASGIReceive, send: ASG
 
 async def _cap(receive: ASGIReceive, send: ASGISend) -> tuple[Decimal | None] | None:
     """The cap a PUT asks for (in a 1-tuple: None lifts it), or None once an error was sent."""
-    try:
-        body = await read_body(receive, _MAX_BODY)
-    except BodyTooLarge:
-        await send_error(send, 413, f"body exceeds {_MAX_BODY} bytes", code="body_too_large")
-        return None
-    except ConnectionAbortedError:
+    body = await _small_body(receive, send)
+    if body is None:
         return None
     expected = 'expected a JSON object {"session_usd": "<USD as a decimal string>" or null}'
     try:

@@ -8,10 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sessionwarden.domain.admission import Proceed, Refuse
 from sessionwarden.domain.budgets import (
-    BudgetCall,
     Caps,
     Refusal,
-    Reserved,
     Scope,
     Spend,
     Tally,
@@ -27,6 +25,8 @@ from sessionwarden.domain.pricing import Price, PriceLookup, PriceTier
 from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.spend_caps import session_budget, spend_caps
 from sessionwarden.domain.worst_case import call_worst_case
+
+from tests.domain.test_budgets import call, ok
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 DAY = "2026-12-02"
@@ -55,22 +55,11 @@ def test_the_stage_lets_a_reserved_or_unjudged_call_through() -> None:
         assert isinstance(outcome, Proceed) and outcome.request.budget is budget
 
 
-def call(call_id: str, cost: str | None, session: str = "s1",
-         provider: str = "openai") -> BudgetCall:
-    return BudgetCall(call_id=call_id, session_id=session, provider=provider,
-                      worst_case=None if cost is None else D(cost))
-
-
-def ok(result: Reserved | Refusal) -> Reserved:
-    assert isinstance(result, Reserved), result
-    return result
-
-
 def test_a_session_budget_is_its_subtree_money_and_what_is_left() -> None:
     caps = Caps(session_usd=D("1.00"), session_overrides={"free": None})
     spend = adopt(Spend(), "child", "parent")
-    spend = ok(reserve(spend, caps, call("a", "0.30", "child"), NOW)).spend
-    held = ok(reserve(spend, caps, call("b", "0.25", "parent"), NOW))
+    spend = ok(reserve(spend, caps, call("a", "0.30", session="child"), NOW)).spend
+    held = ok(reserve(spend, caps, call("b", "0.25", session="parent"), NOW))
     spend = settle(held.spend, held.reservation, D("0.10"))
     budget = session_budget(spend, caps, "parent")
     assert (budget.cap, budget.spent, budget.reserved, budget.left) == ("1", "0.1", "0.3", "0.6")
@@ -90,7 +79,7 @@ def test_a_side_call_is_charged_to_its_lineage_and_days_without_a_reservation() 
         assert spend.tally(scope) == Tally(D("0.25"), D(0), 1)
     assert spend.open == {}
     # The next call of the subtree is refused once the charges used the cap up.
-    refused = reserve(spend, Caps(session_usd=D("0.30")), call("c", "0.10", "child"), NOW)
+    refused = reserve(spend, Caps(session_usd=D("0.30")), call("c", "0.10", session="child"), NOW)
     assert isinstance(refused, Refusal) and refused.scope == Scope("session", "child")
 
 
@@ -123,7 +112,7 @@ def test_rebuild_equals_the_live_fold_of_the_same_calls(
     parents = dict(reversed(list(live.parents.items())))
     caps = Caps(allow_unpriced=True)
     for index, (session, cost) in enumerate(costs):
-        held = ok(reserve(live, caps, call(f"c{index}", "0", session), NOW))
+        held = ok(reserve(live, caps, call(f"c{index}", "0", session=session), NOW))
         live = settle(held.spend, held.reservation, cost)
     built = rebuild([(s, "openai", DAY, c) for s, c in costs], parents, NOW)
     assert built.parents == live.parents
@@ -132,7 +121,7 @@ def test_rebuild_equals_the_live_fold_of_the_same_calls(
 
 
 def test_a_released_call_leaves_its_session_known_to_the_ledger() -> None:
-    held = ok(reserve(Spend(), Caps(), call("c", "0.1", "quiet"), NOW))
+    held = ok(reserve(Spend(), Caps(), call("c", "0.1", session="quiet"), NOW))
     spend = release(held.spend, held.reservation)
     assert spend.knows(Scope("session", "quiet")) and not spend.knows(Scope("session", "x"))
 
