@@ -25,6 +25,7 @@ from sessionwarden.events.credentials import (
     CredentialAdded,
     CredentialRemoved,
 )
+from sessionwarden.events.credits import CreditNoticeCleared, CreditNoticeRaised, CreditsObserved
 from sessionwarden.events.errors import EventDecodeError, EventError, UnknownEventType
 from sessionwarden.events.ratelimits import RateLimitBucketSeen, RateLimitsObserved
 from sessionwarden.events.session import (
@@ -55,6 +56,9 @@ __all__ = [
     "ContextCompressed",
     "CredentialAdded",
     "CredentialRemoved",
+    "CreditNoticeCleared",
+    "CreditNoticeRaised",
+    "CreditsObserved",
     "EncodedEvent",
     "Event",
     "EventCodec",
@@ -89,6 +93,9 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     CredentialRemoved,
     RateLimitsObserved,
     WalCheckpointed,
+    CreditsObserved,
+    CreditNoticeRaised,
+    CreditNoticeCleared,
 )
 
 #: Every upcaster from a retired tag to its successor.
