@@ -33,12 +33,15 @@ from sessionwarden.domain.credits import next_poll
 from sessionwarden.redact import default_redactor, fingerprint
 from sessionwarden.upstream import adapter_for
 
-__all__ = ["MAX_ANSWER_BYTES", "POLL_TIMEOUT_S", "BalancePoller", "PollTarget", "poll_targets"]
+__all__ = ["MAX_ANSWER_BYTES", "POLL_TIMEOUT_S", "TICK_S", "BalancePoller", "PollTarget",
+           "poll_targets"]
 
 #: The longest a poll may take, connection included.
 POLL_TIMEOUT_S = 10.0
 #: The largest answer read (OpenRouter's is under 1 KiB).
 MAX_ANSWER_BYTES = 64 * 1024
+#: How often the task wakes to see what is due (a clock set forward is noticed then).
+TICK_S = 1.0
 
 
 class _Failed(Exception):
@@ -81,15 +84,15 @@ def poll_targets(rt: Runtime) -> list[PollTarget]:
 class BalancePoller:
     """Polls every target's balance endpoint at its bounded rate, until cancelled."""
 
-    def __init__(self, rt: Runtime, *, tick_s: float = 1.0) -> None:
-        """Poll the keys of ``rt``'s providers; wake at least every ``tick_s`` seconds.
+    def __init__(self, rt: Runtime, *, tick_s: float | None = None) -> None:
+        """Poll the keys of ``rt``'s providers; wake every ``tick_s`` (:data:`TICK_S`) s.
 
         The tick lets a clock set forward (or a test's fake clock) bring a poll due
         without waiting out a whole interval; it costs one wake-up per tick.
         """
         self.rt = rt
         self.targets = poll_targets(rt)
-        self.tick_s = tick_s
+        self.tick_s = TICK_S if tick_s is None else tick_s
         #: Polls made (tests count them).
         self.polls = 0
 
