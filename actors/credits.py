@@ -75,6 +75,11 @@ class CreditBoard:
             else:
                 self._up.pop((provider, credential), None)
 
+    def clear(self) -> None:
+        """Forget every notice (a tracker about to publish what it loaded)."""
+        with self._lock:
+            self._up = {}
+
     def notices(self, provider: str, credential: str, now: datetime) -> tuple[Notice, ...]:
         """The notices of a key up at ``now`` (a passing one lapses at its expiry)."""
         with self._lock:
@@ -102,6 +107,8 @@ class CreditTracker:
         """The one loader: every key's last recorded state and passing notices, from the views."""
         self._states.clear()
         self._passing.clear()
+        # A predecessor may have published what never reached the log (its append failed).
+        self.board.clear()
         for provider, credential, observed_at, tag, data in conn.execute(
                 "SELECT provider, credential, observed_at, type, data FROM view_credits"):
             event = CODEC.decode(tag, bytes(data))

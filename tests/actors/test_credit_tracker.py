@@ -127,3 +127,13 @@ def test_nothing_without_headers_or_a_key_and_a_newer_version_warns_once() -> No
     finally:
         logger.remove(sink)
     assert len(logs) == 1 and "version 2" in logs[0]
+
+
+def test_a_reloading_tracker_forgets_what_never_reached_the_log(log: EventLog) -> None:
+    board = CreditBoard()
+    tracker = CreditTracker(board)
+    tracker.from_outcome(outcome(response(0.1)), NOW)
+    tracker.from_outcome(outcome(response(0.95)), NOW)  # published, but never appended
+    assert board.header("nous", "fp:a", NOW) is not None
+    CreditTracker(board).load(log.read_connection(), NOW)  # what a restarted guard does
+    assert board.header("nous", "fp:a", NOW) is None
