@@ -237,6 +237,7 @@ BANDS = (0.5, 0.25, 0.1)
 _PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "retry-after")
 #: The credit headers (``domain/credit_readings``) travel with them to the rate guard.
 _CREDITS = "x-nous-"
+_KEPT = (*_PREFIXES, _CREDITS)
 
 
 def rate_limit_headers(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -250,12 +251,14 @@ def rate_limit_headers(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...
     limits = credits = 0
     for name, value in headers.items():
         low = name.lower()
-        if low.startswith(_PREFIXES):
-            if limits < 64:
-                limits += 1
+        if not low.startswith(_KEPT):  # most headers: one test each
+            continue
+        if low.startswith(_CREDITS):
+            if credits < 32:
+                credits += 1
                 found.append((low, value))
-        elif low.startswith(_CREDITS) and credits < 32:
-            credits += 1
+        elif limits < 64:
+            limits += 1
             found.append((low, value))
     return tuple(found)
 
