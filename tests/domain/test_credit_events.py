@@ -2,8 +2,10 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sessionwarden.config import parse_config
 from sessionwarden.domain.credit_events import (
     model_is_free,
     notice_event,
@@ -14,6 +16,7 @@ from sessionwarden.domain.credit_events import (
 )
 from sessionwarden.domain.credit_readings import CreditReading
 from sessionwarden.domain.credits import RESTORED_TTL_MS, CreditState, observe
+from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.pricing import Price, PriceLookup, PriceTier
 from sessionwarden.events import CODEC, CreditNoticeCleared, CreditNoticeRaised, CreditsObserved
 
@@ -153,3 +156,15 @@ def test_observed_event_and_state_of_round_trip() -> None:
     state, _ = observe(CreditState(), reading(0.3, purchased=1_000_000), model_is_free=False,
                        now=NOW)
     assert state_of(observed_event("k", state), NOW) == state
+
+
+@pytest.mark.parametrize("base_url", [
+    "https://openrouter.ai/api/v1", "https://openrouter.ai/api/v1/", "https://openrouter.ai/api",
+])
+def test_a_zero_price_is_found_whatever_the_form_of_the_base_url(base_url: str) -> None:
+    # §6: Hermes normalises its pricing cache's key (/v1, a trailing slash); the price
+    # book matches the provider by its base URL the same way.
+    model = "agentica-org/deepcoder-14b-preview:free"
+    lookup = PriceBook(parse_config("")).lookup("openrouter", model, at=NOW, base_url=base_url)
+    assert lookup.price is not None and (lookup.price.input, lookup.price.output) == (0, 0)
+    assert model_is_free(model.removesuffix(":free"), lookup)
