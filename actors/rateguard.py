@@ -11,6 +11,12 @@ died with it in its mailbox) is simply retried by the proxy, which this step tol
 State: the last buckets recorded per (provider, key), recovered by :meth:`load` from
 ``view_ratelimits``. The shared breaker arrives with the keys-and-limits issue and will
 fold the same observations.
+
+The guard also owns the credits tracker (``actors/credits.py``): the credit headers ride
+with the rate-limit headers, and their events (``credits-<provider>``) join the same
+append. A polled balance (:class:`~sessionwarden.actors.credits.ObserveCredits`) is the
+one thing the guard appends itself; should that append fail, the tracker reloads from
+the log, so its memory is never ahead of what is written.
 """
 
 from collections.abc import Callable
@@ -18,11 +24,14 @@ from typing import Any
 
 import pykka
 from sessionwarden.actors.bridge import PENDING, Call, GovernedActor, Reply, tell
+from sessionwarden.actors.credits import CreditBoard, CreditTracker, IsFree, ObserveCredits
 from sessionwarden.actors.messages import Complete, new_event
 from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.domain.ratelimits import buckets_seen, parse_rate_limits, worth_recording
 from sessionwarden.events import RateLimitBucketSeen, RateLimitsObserved
 from sessionwarden.store import ANY, EventLog, StreamAppend
+from sessionwarden.store.errors import StoreError
+from sessionwarden.store.writer import AppendRequest
 
 __all__ = ["RateGuardActor", "ratelimits_stream"]
 
@@ -44,17 +53,25 @@ class RateGuardActor(GovernedActor):
         *,
         clock: Clock | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
+        credit_board: CreditBoard | None = None,
+        is_free: IsFree | None = None,
     ) -> None:
-        """Read state from ``log``; ``session_ref`` finds the actor owning a session."""
+        """Read state from ``log``; ``session_ref`` finds the actor owning a session.
+
+        The credits tracker publishes its notices to ``credit_board``; ``is_free`` says
+        which (provider, model) costs nothing.
+        """
         super().__init__(on_failure)
         self._log = log
         self._session_ref = session_ref
         self._clock = clock or SystemClock()
         self._last: dict[tuple[str, str], Buckets] = {}
+        self._credits = CreditTracker(credit_board, is_free)
 
     def on_start(self) -> None:
-        """Recover the last recorded buckets."""
+        """Recover the last recorded buckets and the credit states."""
         self._last = self.load()
+        self._credits.load(self._log.read_connection(), self._clock.now())
 
     def load(self) -> dict[tuple[str, str], Buckets]:
         """The one loader: the last recorded buckets per (provider, key), from the view."""
@@ -70,6 +87,11 @@ class RateGuardActor(GovernedActor):
 
     def handle(self, message: object, reply: Reply) -> object:
         """Read a completion's headers, add the buckets worth recording, pass it on."""
+        if isinstance(message, ObserveCredits):
+            return self._observe_credits(message, reply)
+        if isinstance(message, _CreditsNotWritten):
+            self._credits.load(self._log.read_connection(), self._clock.now())
+            return None
         if not isinstance(message, Complete):
             raise TypeError(f"RateGuardActor cannot handle {type(message).__name__}")
         outcome = message.outcome
@@ -86,6 +108,38 @@ class RateGuardActor(GovernedActor):
                 observed = RateLimitsObserved(credential=outcome.credential, buckets=seen)
                 parts = (*parts, StreamAppend(ratelimits_stream(outcome.provider),
                                               (new_event(observed),), ANY))
+            parts = (*parts, *self._credits.from_outcome(outcome, self._clock.now()))
         tell(self._session_ref(outcome.session_id),
              Call(Complete(outcome, limits, parts), reply))
         return PENDING
+
+    def _observe_credits(self, message: ObserveCredits, reply: Reply) -> object:
+        """Fold a polled balance; append its events and reply once they are durable."""
+        parts = self._credits.observe(message.provider, message.credential, message.reading,
+                                      model_is_free=False, now=self._clock.now())
+        if not parts:
+            return ()
+        ref = self.actor_ref
+
+        def committed(request: AppendRequest) -> None:
+            # The writer's thread: reply at once; a failure also makes the tracker reload
+            # in the guard's own thread, so it forgets what was never written.
+            if request.error is None:
+                reply(parts, None)
+                return
+            try:
+                ref.tell(_CreditsNotWritten())
+            except Exception:
+                pass  # stopped: its successor loads from the log anyway
+            reply(None, request.error)
+
+        try:
+            self._log.submit(list(parts), callback=committed)
+        except StoreError:
+            self._credits.load(self._log.read_connection(), self._clock.now())
+            raise
+        return PENDING
+
+
+class _CreditsNotWritten:
+    """An append of the guard's own failed: reload the credits tracker from the log."""

@@ -91,7 +91,8 @@ class ProxiedCall:
             call_id=self.call_id, session_id=self.session_id, outcome=outcome,
             provider=self.provider.name, api_mode=self.provider.api_mode,
             latency_ms=(time.perf_counter() - self.started) * 1000,
-            credential=self.lease.fingerprint if self.lease else "", **facts,
+            credential=self.lease.fingerprint if self.lease else "", model=self.model,
+            **facts,
         )
 
 

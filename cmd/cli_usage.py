@@ -39,6 +39,7 @@ from typing import Any
 
 import apsw
 from sessionwarden.cmd.config import load_config
+from sessionwarden.cmd.credit_status import active_notices, notice_line
 from sessionwarden.cmd.errors import CommandError, UsageError
 from sessionwarden.cmd.session_status import read_status, status_json, status_text
 from sessionwarden.cmd.terminal import Column, printable, render_table, terminal_width
@@ -329,6 +330,7 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
                 usage = aggregate(conn, "session_id", where, params)
                 creds = _fetch(conn, "SELECT provider, fingerprint, state, calls, last_status"
                                " FROM view_credentials ORDER BY provider, fingerprint")
+                notices = active_notices(conn, datetime.now(UTC))
             finally:
                 conn.execute("COMMIT")
         except apsw.Error as exc:
@@ -345,7 +347,7 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
     out_creds = [dict(zip(cred_keys, c, strict=True)) for c in creds]
     if args.json:
         print(json.dumps({"sessions": out_sessions, "credentials": out_creds,
-                          "events": events}, indent=2))
+                          "events": events, "credit_notices": notices}, indent=2))
         return 0
     width = terminal_width()
     print(f"events: {events}")
@@ -354,6 +356,8 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
         print("credentials:\n" + render_table(_CREDENTIAL_COLUMNS, rows, width).text(width))
     else:
         print("credentials: none")
+    if notices:
+        print("credit notices:\n" + "\n".join(f"  {printable(notice_line(n))}" for n in notices))
     if not out_sessions:
         print("sessions: none recorded" + (" matching the filters" if args.session else ""))
         return 0

@@ -11,6 +11,8 @@ exit after the lock was claimed, a failed start included, releases it, which rem
 """
 
 import argparse
+import asyncio
+import contextlib
 import os
 import secrets
 import signal
@@ -22,6 +24,7 @@ from typing import Any
 import uvicorn
 from loguru import logger
 from sessionwarden.cmd.config import load_config
+from sessionwarden.cmd.credit_poll import BalancePoller
 from sessionwarden.cmd.errors import CommandError, ListenError, UsageError
 from sessionwarden.cmd.http import ASGIReceive, ASGISend
 from sessionwarden.cmd.logs import setup_logging
@@ -78,10 +81,12 @@ class _Server(uvicorn.Server):
 
 
 class _Lifespan:
-    """Closes the upstream client inside the event loop when the server stops."""
+    """Runs the balance poller beside the server; closes the upstream client at the end."""
 
     def __init__(self, app: DaemonApp) -> None:
         self.app = app
+        self.poller = BalancePoller(app.runtime)
+        self._polling: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Any, receive: ASGIReceive, send: ASGISend) -> None:
         if scope["type"] != "lifespan":
@@ -90,8 +95,14 @@ class _Lifespan:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if self.poller.targets:
+                    self._polling = asyncio.create_task(self.poller.run(), name="credit-poll")
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self._polling is not None:
+                    self._polling.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self._polling
                 await self.app.runtime.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

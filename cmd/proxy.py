@@ -223,7 +223,7 @@ async def _relay_plain(
     if not await complete(rt, call, outcome):
         await send_error(send, 503, _NOT_RECORDED, kind="server_error", code="not_recorded")
         return
-    await _start(send, status, response, call, len(body))
+    await _start(rt, send, status, response, call, len(body))
     await send({"type": "http.response.body", "body": body})
 
 
@@ -271,7 +271,7 @@ async def _relay_stream(
 
             client.on_gone(left)
             try:
-                await _start(send, 200, response, call, None)
+                await _start(rt, send, 200, response, call, None)
                 async for chunk in response.content.iter_any():
                     await forward(reader.feed(chunk))
                     if disconnected.is_set() and reader.usage_block is not None:
@@ -307,7 +307,7 @@ async def _relay_stream(
 
 
 async def _start(
-    send: ASGISend, status: int, response: UpstreamResponse, call: ProxiedCall,
+    rt: Runtime, send: ASGISend, status: int, response: UpstreamResponse, call: ProxiedCall,
     length: int | None,
 ) -> None:
     # Header values are scrubbed with the patterns too: no header of an answer has a
@@ -319,6 +319,14 @@ async def _start(
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
     headers.append((b"x-sessionwarden-call-id", call.call_id.encode()))
+    # The credit notices up for the call's key as the headers leave: a plain answer's
+    # completion is recorded first, so they include what its own headers raised; a
+    # stream's headers leave before its end, so they carry what earlier answers raised.
+    if call.lease is not None:
+        notice = rt.credit_board.header(call.provider.name, call.lease.fingerprint,
+                                        rt.clock.now())
+        if notice is not None:
+            headers.append((b"x-sessionwarden-notice", notice))
     await send({"type": "http.response.start", "status": status, "headers": headers})
 
 

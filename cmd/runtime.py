@@ -22,6 +22,7 @@ from loguru import logger
 from sessionwarden.actors.bridge import ask_blocking
 from sessionwarden.actors.checkpoint import CheckpointActor
 from sessionwarden.actors.credentials import CredentialPoolActor
+from sessionwarden.actors.credits import CreditBoard
 from sessionwarden.actors.ledger import UsageLedgerActor
 from sessionwarden.actors.messages import Committed, Complete, UnusableProviders
 from sessionwarden.actors.rateguard import RateGuardActor
@@ -34,6 +35,7 @@ from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.config import Config, ProviderConfig, find_model
 from sessionwarden.domain.admission import Pipeline
 from sessionwarden.domain.calls import CallOutcome
+from sessionwarden.domain.credit_events import model_is_free
 from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.spill_turns import SpillWork
@@ -128,8 +130,17 @@ class Runtime:
                 on_failure=f, prices=prices))
             for i in range(session_shards)
         ]
+        #: The credit notices up per key, for the ``x-sessionwarden-notice`` header.
+        self.credit_board = CreditBoard()
+        #: The environment the keys resolve in (the balance poller's keys too).
+        self.environ = environ
+
+        def is_free(provider: str, model: str) -> bool:
+            return model_is_free(model, prices.lookup(provider, model, at=clock_.now()))
+
         specs.append(ActorSpec("rateguard", lambda f: RateGuardActor.start(
-            log, self.session_ref, clock=clock_, on_failure=f)))
+            log, self.session_ref, clock=clock_, on_failure=f,
+            credit_board=self.credit_board, is_free=is_free)))
         self.supervisor = Supervisor(specs)
         self._commits = 0
         self._routes: dict[str, tuple[ProviderConfig, str]] = {}

@@ -85,6 +85,15 @@ def _check_url(field: str, url: str) -> None:
         raise InvalidField(field, 'credentials in URLs are not accepted; use keys = ["env:NAME"]')
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:  # a port out of range names no origin at all
+        port = -1
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
 def _check_money(field: str, value: Decimal | None, *, positive: bool = False) -> None:
     if value is None:
         return
@@ -140,6 +149,9 @@ class ProviderConfig(_Section, frozen=True):
     ``daily_usd`` caps what the provider's calls may cost per UTC day (None: no cap).
     A provider whose ``base_url`` is :data:`SIM_BASE_URL` is *simulated*: its calls are
     answered inside the daemon (``sessionwarden.upstream.sim``) and need no key.
+    ``credits_url`` is an OpenRouter-style key endpoint (``GET`` with the key, answering
+    ``{"data": {"limit": …, "limit_remaining": …}}``) polled for each key's balance (the
+    credit notices); on the same origin as ``base_url``, since the keys are sent to it.
     """
 
     name: str
@@ -154,6 +166,7 @@ class ProviderConfig(_Section, frozen=True):
     connect_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=600.0)] = 10.0
     read_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=3600.0)] = 300.0
     daily_usd: Decimal | None = None
+    credits_url: str = ""
 
     def __post_init__(self) -> None:
         """Check the name, the URLs, the cap and that every key is an ``env:NAME`` reference."""
@@ -163,6 +176,12 @@ class ProviderConfig(_Section, frozen=True):
         _check_url("base_url", self.base_url)
         if self.pricing_url:
             _check_url("pricing_url", self.pricing_url)
+        if self.credits_url:
+            _check_url("credits_url", self.credits_url)
+            # The provider's keys are sent there: never to another host than its own.
+            if _origin(self.credits_url) != _origin(self.base_url):
+                raise InvalidField("credits_url", "must be on the same scheme, host and port "
+                                   "as base_url (the provider's keys are sent to it)")
         seen: dict[str, int] = {}
         for index, ref in enumerate(self.keys):
             where = f"keys[{index}]"

@@ -44,6 +44,7 @@ Each policy has its home here (modules marked *planned* arrive with their issue)
 ``worst_case``           a call's worst-case cost and output bound
 ``credit_readings``      credit balances: x-nous-credits headers, OpenRouter's key endpoint
 ``credits``              credit notices: usage bands, grant spent, depleted/restored
+``credit_events``        the credits tracker's state and notices as events; free models
 ``guardrails``           tool-loop guardrails (*planned*)
 ``breaker``              the shared rate-limit breaker (*planned*)
 ``classifier``           upstream errors into the recovery they need (*planned*)

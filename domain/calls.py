@@ -107,8 +107,11 @@ class CallOutcome(msgspec.Struct, frozen=True):
         usage_block: the provider's decoded ``usage`` JSON, or None.
         has_output: whether the upstream produced a model answer (usage is then expected).
         output_chars: characters of generated text seen (for the estimate).
-        rate_limit_headers: the response's rate-limit headers, names lowercased.
+        rate_limit_headers: the response's rate-limit and credit headers, names lowercased
+            (``domain/ratelimits.rate_limit_headers``).
         error: a short, redacted description of a failure.
+        model: the model id sent upstream ("" when unknown): the credits tracker asks
+            whether it is free.
     """
 
     call_id: str
@@ -124,6 +127,7 @@ class CallOutcome(msgspec.Struct, frozen=True):
     output_chars: int = 0
     rate_limit_headers: tuple[tuple[str, str], ...] = ()
     error: str = ""
+    model: str = ""
 
 
 def _usage(

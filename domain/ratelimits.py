@@ -235,21 +235,31 @@ def parse_rate_limits(headers: Mapping[str, str], now: datetime) -> RateLimitSna
 BANDS = (0.5, 0.25, 0.1)
 
 _PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "retry-after")
+#: The credit headers (``domain/credit_readings``) travel with them to the rate guard.
+_CREDITS = "x-nous-"
+_KEPT = (*_PREFIXES, _CREDITS)
 
 
 def rate_limit_headers(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The rate-limit headers among ``headers`` (names lowercased), at most 64 of them.
+    """The rate-limit and credit headers among ``headers`` (names lowercased).
 
     What the proxy hands to the rate guard: a small, immutable part of a response's
-    headers instead of all of them.
+    headers instead of all of them; at most 64 rate-limit and 32 credit headers, counted
+    apart so that many of one kind cannot crowd out the other.
     """
     found: list[tuple[str, str]] = []
+    limits = credits = 0
     for name, value in headers.items():
         low = name.lower()
-        if low.startswith(_PREFIXES):
+        if not low.startswith(_KEPT):  # most headers: one test each
+            continue
+        if low.startswith(_CREDITS):
+            if credits < 32:
+                credits += 1
+                found.append((low, value))
+        elif limits < 64:
+            limits += 1
             found.append((low, value))
-            if len(found) >= 64:
-                break
     return tuple(found)
 
 

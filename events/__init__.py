@@ -26,6 +26,7 @@ from sessionwarden.events.credentials import (
     CredentialAdded,
     CredentialRemoved,
 )
+from sessionwarden.events.credits import CreditNoticeCleared, CreditNoticeRaised, CreditsObserved
 from sessionwarden.events.errors import EventDecodeError, EventError, UnknownEventType
 from sessionwarden.events.ratelimits import RateLimitBucketSeen, RateLimitsObserved
 from sessionwarden.events.session import (
@@ -56,6 +57,9 @@ __all__ = [
     "ContextCompressed",
     "CredentialAdded",
     "CredentialRemoved",
+    "CreditNoticeCleared",
+    "CreditNoticeRaised",
+    "CreditsObserved",
     "EncodedEvent",
     "Event",
     "EventCodec",
@@ -92,6 +96,9 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     RateLimitsObserved,
     SessionCapSet,
     WalCheckpointed,
+    CreditsObserved,
+    CreditNoticeRaised,
+    CreditNoticeCleared,
 )
 
 #: Every upcaster from a retired tag to its successor.

@@ -42,6 +42,8 @@ DROP_UP = frozenset({
 DROP_DOWN = frozenset({
     "content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding",
     "server", "date",
+    # the daemon's own: an upstream must not forge a call id or a credit notice
+    "x-sessionwarden-call-id", "x-sessionwarden-notice",
 })
 
 

@@ -197,7 +197,7 @@ def test_empty_ledger(tmp_path, capsys):
     assert run(capsys, "usage", "--db", str(path)) == (0, "no calls recorded\n", "")
     assert json.loads(run(capsys, "usage", "--db", str(path), "--json")[1]) == []
     status = json.loads(run(capsys, "status", "--db", str(path), "--json")[1])
-    assert status == {"sessions": [], "credentials": [], "events": 0}
+    assert status == {"sessions": [], "credentials": [], "events": 0, "credit_notices": []}
 
 
 def test_missing_database_exits_74(tmp_path, capsys):

@@ -26,6 +26,9 @@ from sessionwarden.events import (
     ContextCompressed,
     CredentialAdded,
     CredentialRemoved,
+    CreditNoticeCleared,
+    CreditNoticeRaised,
+    CreditsObserved,
     Event,
     EventDecodeError,
     HistoryReset,
@@ -124,6 +127,20 @@ EXPECTED: dict[str, Event] = {
     "credential.removed.v2": CredentialRemoved(
         provider="openrouter", fingerprint="fp:3c4d", reason="not configured"
     ),
+    "credits.observed.v1": CreditsObserved(
+        credential="fp:7a1e", source="balance", remaining_micros=8_000_000,
+        remaining_usd="8.00", subscription_micros=-1_500_000, subscription_usd="-1.50",
+        rollover_micros=250_000, purchased_micros=9_500_000, purchased_usd="9.50",
+        as_of_ms=1_764_640_000_000, subscription_limit_micros=20_000_000,
+        subscription_limit_usd="20.00", denominator_kind="subscription_cap",
+        paid_access=False, seen_below_lowest=True, seen_grant_unspent=True, band=90,
+        grant_spent_shown=True, depleted_shown=True,
+    ),
+    "credits.notice_raised.v1": CreditNoticeRaised(
+        credential="fp:7a1e", key="credits.usage", level="warn",
+        message="used $18.00 of the $20.00 credit cap (90%)", band=90, ttl_ms=8000,
+    ),
+    "credits.notice_cleared.v1": CreditNoticeCleared(credential="fp:7a1e", key="credits.usage"),
     "ratelimit.observed.v1": RateLimitsObserved(
         credential="fp:9f2c",
         buckets=(

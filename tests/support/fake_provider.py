@@ -73,6 +73,7 @@ class FakeOptions:
     junk_bytes: int = 0  # a stream of this many bytes with no event separator at all
     reply: str | None = None  # the answer's text instead of "ok: <last user text>"
     raw_body: str | None = None  # a 200 answer's body verbatim (a malformed one, say)
+    headers: dict[str, str] | None = None  # extra headers on a chat answer (credits, say)
 
     @classmethod
     def parse(cls, body: dict[str, Any], headers: dict[str, str],
@@ -124,6 +125,9 @@ class FakeProviderState:
     requests: list[RecordedRequest] = field(default_factory=list)
     counters: Counter[str] = field(default_factory=Counter)
     by_model: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: What ``GET /v1/key`` (OpenRouter's key endpoint) answers, and with which status.
+    key_answer: Any = None
+    key_status: int = 200
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, request: RecordedRequest) -> None:
@@ -303,7 +307,7 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
         })
         base = {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "created": int(time.time()),
                 "model": body.get("model", "fake-model")}
-        rl = _ratelimit_headers(st, prompt)
+        rl = _ratelimit_headers(st, prompt) | dict(opts.headers or {})
         if opts.echo_key_header:
             rl |= {"x-echo-key": key, "x-echo-auth": f"Bearer {key}"}
         if not body.get("stream"):
@@ -388,7 +392,14 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
                 for m in ("fake-model", "gpt-4o-mini", "claude-sonnet-4")]
         return JSONResponse({"object": "list", "data": data})
 
+    async def key(request: Request) -> Response:
+        await _prepare(request, st)
+        if st.key_answer is None:
+            return JSONResponse({"error": {"message": "no key answer set"}}, status_code=404)
+        return JSONResponse(st.key_answer, status_code=st.key_status)
+
     app = Starlette(routes=[
+        Route("/v1/key", key, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
