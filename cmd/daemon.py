@@ -78,7 +78,7 @@ class _Server(uvicorn.Server):
 
 
 class _Lifespan:
-    """Closes the upstream client inside the event loop when the server stops."""
+    """Starts and stops the runtime's loop work (price listings, the upstream client)."""
 
     def __init__(self, app: DaemonApp) -> None:
         self.app = app
@@ -90,6 +90,7 @@ class _Lifespan:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                await self.app.runtime.astart()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.app.runtime.aclose()

@@ -139,6 +139,8 @@ class ProviderConfig(_Section, frozen=True):
     an answer (the first ones included: a reasoning model may think for minutes).
     A provider whose ``base_url`` is :data:`SIM_BASE_URL` is *simulated*: its calls are
     answered inside the daemon (``sessionwarden.upstream.sim``) and need no key.
+    ``pricing_url`` names an OpenRouter-style ``/models`` price listing, read when the
+    daemon starts and again every ``pricing_refresh_s`` seconds (an hour by default).
     """
 
     name: str
@@ -152,6 +154,7 @@ class ProviderConfig(_Section, frozen=True):
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
     connect_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=600.0)] = 10.0
     read_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=3600.0)] = 300.0
+    pricing_refresh_s: Annotated[float, msgspec.Meta(ge=0.05, le=604800.0)] = 3600.0
 
     def __post_init__(self) -> None:
         """Check the name, the URLs and that every key is an ``env:NAME`` reference."""

@@ -26,6 +26,7 @@ from sessionwarden.events.credentials import (
     CredentialRemoved,
 )
 from sessionwarden.events.errors import EventDecodeError, EventError, UnknownEventType
+from sessionwarden.events.prices import ListedPrice, PriceListingPublished
 from sessionwarden.events.ratelimits import RateLimitBucketSeen, RateLimitsObserved
 from sessionwarden.events.session import (
     OUTCOMES,
@@ -61,6 +62,8 @@ __all__ = [
     "EventDecodeError",
     "EventError",
     "HistoryReset",
+    "ListedPrice",
+    "PriceListingPublished",
     "RateLimitBucketSeen",
     "RateLimitsObserved",
     "RequestRecord",
@@ -89,6 +92,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     CredentialRemoved,
     RateLimitsObserved,
     WalCheckpointed,
+    PriceListingPublished,
 )
 
 #: Every upcaster from a retired tag to its successor.
