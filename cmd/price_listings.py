@@ -99,13 +99,13 @@ async def _fetch(session: aiohttp.ClientSession, url: str) -> bytes:
         if response.status != 200:
             raise _FetchFailed(f"HTTP {response.status}")
         if (response.content_length or 0) > MAX_LISTING_BYTES:
-            raise _FetchFailed(f"the listing is larger than {MAX_LISTING_BYTES >> 20} MiB")
+            raise _FetchFailed(f"declared more than {MAX_LISTING_BYTES >> 20} MiB; not read")
         body = bytearray()
         async for chunk in response.content.iter_chunked(_CHUNK):
             body += chunk
             if len(body) > MAX_LISTING_BYTES:
                 raise _FetchFailed(
-                    f"the listing is larger than {MAX_LISTING_BYTES >> 20} MiB")
+                    f"sent more than {MAX_LISTING_BYTES >> 20} MiB; stopped reading")
         return bytes(body)
 
 

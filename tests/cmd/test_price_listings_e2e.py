@@ -185,7 +185,8 @@ def test_a_failing_or_hostile_listing_keeps_the_prices(
     assert completed.cost_version == kept.version
     assert Decimal(completed.cost or "x") == at("0.000001", "0.000002", completed)
     reason = {"failing": "HTTP 503", "garbage": "not valid JSON",
-              "oversized": "larger than 16 MiB", "declared_oversized": "larger than 16 MiB",
+              "oversized": "sent more than 16 MiB; stopped reading",
+              "declared_oversized": "declared more than 16 MiB; not read",
               "no_price": "prices no model"}[hostile]
     mine = [w for w in warnings if "price listing of provider listed" in w]
     assert mine and all(reason in w and f"keeping listing {kept.version}" in w for w in mine)
