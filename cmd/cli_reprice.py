@@ -30,6 +30,7 @@ import json
 import os
 import sys
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -110,7 +111,7 @@ def _recorded_cost(text: str | None, status: str) -> Decimal | None:
         return None
 
 
-def reprice_rows(rows: list[Any], book: PriceBook) -> dict[str, Repriced]:
+def reprice_rows(rows: Iterable[Any], book: PriceBook) -> dict[str, Repriced]:
     """Group ledger rows and price each again with ``book``.
 
     A row is (group key, provider, model, usage source, cost, cost status, input,
@@ -118,23 +119,30 @@ def reprice_rows(rows: list[Any], book: PriceBook) -> dict[str, Repriced]:
     """
     groups: dict[str, Repriced] = {}
     for key, provider, model, source, text, status, inp, out, cr, cw, at in rows:
-        part = _group(str(key))
-        part.recorded.requests = part.repriced.requests = 1
-        part.recorded.first_at = part.recorded.last_at = at
-        before = _recorded_cost(text, status)
-        part.recorded.statuses = {status if before is not None else "unknown"}
-        part.recorded.cost_sum = before or Decimal(0)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _group(str(key))
+            group.recorded.first_at = at
+        before, after = group.recorded, group.repriced
+        before.requests += 1
+        after.requests += 1
+        before.last_at = at  # rows come in log order
+        amount = _recorded_cost(text, status)
+        if amount is None:
+            before.statuses.add("unknown")
+        else:
+            before.statuses.add(status)
+            before.cost_sum += amount
         usage = CanonicalUsage(source=source, input_tokens=inp, output_tokens=out,
                                cache_read_tokens=cr, cache_write_tokens=cw)
         now = cost(usage, book.lookup(provider, model, at=datetime.fromisoformat(at)))
-        part.repriced.statuses = {now.status}
-        part.repriced.cost_sum = now.amount or Decimal(0)
+        after.statuses.add(now.status)
         if now.amount is None:
-            part.unpriced = 1
-        else:
-            part.prices[now.source] += 1
-            part.newly_priced = int(before is None)
-        groups.setdefault(part.key, _group(part.key)).merge(part)
+            group.unpriced += 1
+            continue
+        after.cost_sum += now.amount
+        group.prices[now.source] += 1
+        group.newly_priced += amount is None
     return groups
 
 

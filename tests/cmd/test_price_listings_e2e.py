@@ -153,6 +153,12 @@ def test_a_price_change_is_recorded_and_reprice_shows_the_difference(
                  "--by", "model"]) == 0
     table = capsys.readouterr().out
     assert "REPRICED" in table and "DIFFERENCE" in table and "rounded for display" in table
+    assert main(["usage", "--db", str(daemon.db), "--reprice", "--config", str(config),
+                 "--by", "session", "--csv"]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.startswith("session,requests,cost,cost_status,repriced_cost")
+    # one call of the session had no price: its recorded cost is unknown, not a sum
+    assert row.startswith(f"change,3,,unknown,{total['repriced_cost']},actual,,1,0,")
 
 
 @pytest.mark.parametrize("hostile", ["failing", "garbage", "oversized", "declared_oversized",
