@@ -144,7 +144,12 @@ class PriceListings:
 
     async def _loop(self, provider: ProviderConfig) -> None:
         while True:
-            ok = await self.refresh(provider)
+            try:
+                ok = await self.refresh(provider)
+            except Exception as exc:  # a bug must not end the refreshes for good
+                logger.error("price listing of provider {}: refresh failed ({})",
+                             provider.name, type(exc).__name__)
+                ok = False
             delay = provider.pricing_refresh_s
             await asyncio.sleep(delay if ok else min(delay, _RETRY_AFTER_FAILURE_S))
 
