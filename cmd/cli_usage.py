@@ -114,6 +114,12 @@ def add_usage_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--totals", action="store_true",
                    help="with --json or --csv: end with the totals of every group (the "
                         "text table always has them)")
+    p.add_argument("--reprice", action="store_true",
+                   help="also price the same calls with the current prices (the config, "
+                        "the latest price listings, genai-prices); the log is unchanged")
+    p.add_argument("--config", type=Path, default=None,
+                   help="with --reprice: the TOML config whose prices apply (default: "
+                        "$SESSIONWARDEN_CONFIG, else the environment)")
     p.set_defaults(run=run_usage)
 
     p = sub.add_parser("status", help="sessions, their usage, and the credential pool")
@@ -248,6 +254,11 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
     if until is not None:
         clauses.append("recorded_at < ?")
         params.append(until)
+    if args.reprice:
+        from sessionwarden.cmd.cli_reprice import run_reprice  # loads the price data
+
+        return run_reprice(args, db, _BY_COLUMN[args.by], " AND ".join(clauses),
+                           tuple(params))
     with EventLog(db, readonly=True) as log:
         conn = log.read_connection()
         try:

@@ -81,7 +81,7 @@ class _Server(uvicorn.Server):
 
 
 class _Lifespan:
-    """Runs the balance poller beside the server; closes the upstream client at the end."""
+    """Starts and stops the loop work: price listings, the balance poller, the upstream client."""
 
     def __init__(self, app: DaemonApp) -> None:
         self.app = app
@@ -95,6 +95,7 @@ class _Lifespan:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                await self.app.runtime.astart()
                 if self.poller.targets:
                     self._polling = asyncio.create_task(self.poller.run(), name="credit-poll")
                 await send({"type": "lifespan.startup.complete"})

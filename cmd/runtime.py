@@ -30,6 +30,7 @@ from sessionwarden.actors.session import SessionActor, session_shard
 from sessionwarden.actors.shells import CompressorActor
 from sessionwarden.actors.supervisor import ActorSpec, Supervisor
 from sessionwarden.clock import Clock, SystemClock
+from sessionwarden.cmd.price_listings import PriceListings
 from sessionwarden.cmd.spills import write_spills
 from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.config import Config, ProviderConfig, find_model
@@ -114,6 +115,8 @@ class Runtime:
         self.performers[SpillWork] = partial(write_spills, SpillStore(self.spill_dir))
         # Built once: the price library's data loads here (about 0.2 s), never per call.
         prices = PriceBook(config)
+        #: Keeps the providers' price listings in ``prices`` current (``pricing_url``).
+        self.listings = PriceListings(config, self.log, prices)
 
         specs = [
             ActorSpec("checkpoint", lambda f: CheckpointActor.start(
@@ -164,6 +167,7 @@ class Runtime:
 
     def start(self) -> None:
         """Start every actor (each recovers its state from the log), then close orphans."""
+        self.listings.recover()  # the recorded price listings price the orphans too
         self.supervisor.start()
         # Keys are read once, at start: which providers have none stays true until a restart.
         self.unusable = ask_blocking(self.ref("credentials"), UnusableProviders())
@@ -220,8 +224,13 @@ class Runtime:
         """The current instance of actor ``name``."""
         return self.supervisor.ref(name)
 
+    async def astart(self) -> None:
+        """Start the work the daemon does on the event loop: refreshing price listings."""
+        await self.listings.start()
+
     async def aclose(self) -> None:
         """Close the upstream connections (in the event loop, before :meth:`stop`)."""
+        await self.listings.aclose()
         await self.upstream.aclose()
 
     def stop(self) -> None:

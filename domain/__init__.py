@@ -37,7 +37,8 @@ Each policy has its home here (modules marked *planned* arrive with their issue)
 ``context_status``       a session's context, folded from its events (status, control API)
 ``pricing``              prices and costs: Price, cost()
 ``pricing_library``      genai-prices' bundled data, read-only, as our prices
-``price_book``           which price a call gets: billing, overrides, the library
+``price_listing``        a provider's /models price listing: parsed, versioned
+``price_book``           which price a call gets: billing, overrides, listings, the library
 ``budgets``              spend caps reserved before sending; the spend rebuilt at start;
                          iteration budgets (*planned*)
 ``spend_caps``           the budgets stage; a session's budget figures

@@ -8,12 +8,21 @@ The tree::
         │                     records the rejection and estimates the usage instead)
         ├── NoCredential      a provider has no usable key in its pool
         ├── UnknownCall       a completion or resumption names a call that is not open
-        └── BrokenChain       a recorded request refers to a call whose record is missing
+        ├── BrokenChain       a recorded request refers to a call whose record is missing
+        └── ListingRejected   a provider's price listing that cannot be used as a whole
+                              (the caller keeps the prices it had)
 """
 
 from sessionwarden.errors import SessionwardenError
 
-__all__ = ["BrokenChain", "DomainError", "NoCredential", "UnknownCall", "UsageRejected"]
+__all__ = [
+    "BrokenChain",
+    "DomainError",
+    "ListingRejected",
+    "NoCredential",
+    "UnknownCall",
+    "UsageRejected",
+]
 
 
 class DomainError(SessionwardenError):
@@ -54,3 +63,10 @@ class UnknownCall(DomainError):
 
 class BrokenChain(DomainError):
     """A recorded request refers to a call whose own record is missing or too short."""
+
+
+class ListingRejected(DomainError):
+    """A price listing is not usable at all: not JSON, not a listing, too big, no price.
+
+    The message is one short line and never quotes the listing (its server controls it).
+    """

@@ -15,10 +15,24 @@ and without I/O: the library's data is imported once and only read.
    kinds (a tier row keeps only the library's rates of the other kinds). Source
    ``override``, version ``config`` (``config+genai-prices@<v>`` when the library filled
    a kind in).
-3. The library: provider by base URL, then by name (rules in ``pricing_library``), the
+3. The provider's own price listing (``pricing_url``, ``domain/price_listing.py``), the
+   latest one published, when it lists the model: source ``provider-listing@<version>``.
+   An override of that model is laid over it as over the library (version
+   ``config+provider-listing@<version>`` when the listing filled a kind in).
+4. The library: provider by base URL, then by name (rules in ``pricing_library``), the
    model by the library's matching, its price at the request time (some prices change on
    a date or by time of day).
-4. Otherwise ``unknown`` with a reason (``no price for model 'x' at provider 'p'...``).
+5. Otherwise ``unknown`` with a reason (``no price for model 'x' at provider 'p'...``).
+
+So: an override > the provider's listing > the library. The listing comes before the
+library because it is what the provider itself bills today, and newer than a pinned
+snapshot; the override comes first because it is the user's own, exact word.
+
+**The one mutation**: :meth:`PriceBook.adopt` makes a newly published listing the
+provider's listing layer. It replaces the mapping of listings (copy on write, one
+attribute assignment), never changes one in place, so a lookup on another thread sees
+either the old listing or the new one, whole; the daemon adopts a listing once its event
+is durable, and every lookup from then on prices with it.
 
 A provider that is not in the config is looked up by its name alone. The model is the id
 sent upstream, without a ``provider/`` routing prefix of ours (OpenRouter ids such as
@@ -30,6 +44,7 @@ from datetime import datetime
 
 import msgspec
 from sessionwarden.config import Config, PriceConfig
+from sessionwarden.domain.price_listing import PriceListing
 from sessionwarden.domain.pricing import SOURCE_OVERRIDE, Price, PriceLookup
 from sessionwarden.domain.pricing_library import Library, load_library
 
@@ -40,7 +55,7 @@ _INCLUDED = PriceLookup(kind="included")
 
 
 def _override(config: PriceConfig, library: Price | None) -> Price:
-    """The override ``config`` laid over the library's ``library`` price (see the doc)."""
+    """The override ``config`` laid over ``library``: the listing's or library's price."""
     overridden = {kind for kind in _KINDS if getattr(config, kind) is not None}
     if library is None or overridden == set(_KINDS):
         return Price(source=SOURCE_OVERRIDE, version="config", input=config.input,
@@ -81,6 +96,16 @@ class PriceBook:
         self._overrides: Mapping[tuple[str, str], PriceConfig] = {
             (m.provider, m.name): m.price for m in config.models if m.price is not None
         }
+        self._listings: Mapping[str, PriceListing] = {}
+
+    @property
+    def listings(self) -> Mapping[str, PriceListing]:
+        """The price listing in effect for each provider that has one."""
+        return self._listings
+
+    def adopt(self, provider: str, listing: PriceListing) -> None:
+        """Price ``provider``'s models from ``listing`` from now on (see the module doc)."""
+        self._listings = {**self._listings, provider: listing}
 
     def lookup(self, provider: str, model: str, *, at: datetime,
                base_url: str | None = None,
@@ -99,11 +124,16 @@ class PriceBook:
         """
         if provider in self._included:
             return _INCLUDED
+        override = self._overrides.get((provider, model))
+        listing = self._listings.get(provider)
+        listed = None if listing is None else listing.price(model)
+        if listed is not None:
+            return PriceLookup(kind="price", price=listed if override is None
+                               else _override(override, listed))
         url = base_url if base_url is not None else self._base_urls.get(provider)
         library_provider = self.library.provider_for(provider, url)
         library_price = (None if library_provider is None
                          else self.library.price(library_provider, model, at, context))
-        override = self._overrides.get((provider, model))
         if override is not None:
             return PriceLookup(kind="price", price=_override(override, library_price))
         if library_price is not None:
@@ -113,4 +143,6 @@ class PriceBook:
         else:
             reason = (f"no price for model {model!r} at {library_provider.id!r} in "
                       f"{self.library.source}, and no override")
+        if listing is not None:
+            reason += f"; not in its price listing {listing.version}"
         return PriceLookup(kind="unknown", reason=reason)

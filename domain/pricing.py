@@ -93,9 +93,9 @@ class Price(msgspec.Struct, frozen=True, kw_only=True):
             kind (a cache kind then bills at ``input``, see the module doc).
         request: a fee per request in USD, or None.
         tiers: higher rates for long prompts, by ascending ``above``.
-        source: ``"override"``, ``"genai-prices@<version>"`` (later ``"listing@<version>"``).
-        version: the version of the price data: the library version, ``"config"`` for a
-            full override, ``"config+genai-prices@<version>"`` for a partial one.
+        source: ``"override"``, ``"genai-prices@<version>"``, ``"provider-listing@<version>"``.
+        version: the version of the price data: the library version, a listing's hash,
+            ``"config"`` for a full override, ``"config+<source>"`` for a partial one.
         variant: the price variant the request context selected, e.g.
             ``"service_tier=flex"``; empty for the standard prices.
     """

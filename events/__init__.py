@@ -28,6 +28,7 @@ from sessionwarden.events.credentials import (
 )
 from sessionwarden.events.credits import CreditNoticeCleared, CreditNoticeRaised, CreditsObserved
 from sessionwarden.events.errors import EventDecodeError, EventError, UnknownEventType
+from sessionwarden.events.prices import ListedPrice, PriceListingPublished
 from sessionwarden.events.ratelimits import RateLimitBucketSeen, RateLimitsObserved
 from sessionwarden.events.session import (
     OUTCOMES,
@@ -66,6 +67,8 @@ __all__ = [
     "EventDecodeError",
     "EventError",
     "HistoryReset",
+    "ListedPrice",
+    "PriceListingPublished",
     "RateLimitBucketSeen",
     "RateLimitsObserved",
     "RequestRecord",
@@ -99,6 +102,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     CreditsObserved,
     CreditNoticeRaised,
     CreditNoticeCleared,
+    PriceListingPublished,
 )
 
 #: Every upcaster from a retired tag to its successor.

@@ -32,6 +32,8 @@ from sessionwarden.events import (
     Event,
     EventDecodeError,
     HistoryReset,
+    ListedPrice,
+    PriceListingPublished,
     RateLimitBucketSeen,
     RateLimitsObserved,
     RequestRecord,
@@ -153,6 +155,15 @@ EXPECTED: dict[str, Event] = {
     ),
     "store.wal_checkpointed.v2": WalCheckpointed(
         mode="PASSIVE", wal_frames=1000, checkpointed_frames=998, reason="50 commits"
+    ),
+    "prices.listing_published.v1": PriceListingPublished(
+        version="5d41402abc4b2a76",
+        models=(
+            ListedPrice(model="anthropic/claude-sonnet-4.5", input="3", output="15",
+                        cache_read="0.3", cache_write="3.75", request="0.0005"),
+            ListedPrice(model="openai/gpt-4.1-mini", input="0.4", output="1.6"),
+        ),
+        skipped=2,
     ),
 }
 

@@ -1,7 +1,8 @@
 """Fake LLM provider used as the upstream in sessionwarden integration tests and benchmarks.
 
 Speaks the OpenAI chat-completions wire format (``POST /v1/chat/completions``, plain and
-SSE streaming, ``GET /v1/models``) and the Anthropic Messages format (``POST /v1/messages``).
+SSE streaming, ``GET /v1/models``) and the Anthropic Messages format (``POST /v1/messages``),
+and serves an OpenRouter-style price listing (``GET /v1/pricing``, from the state).
 Responses are deterministic. Each request can steer the behaviour with a ``"fake"`` object in
 the JSON body or with ``x-fake-*`` headers (the header wins), e.g. ``x-fake-status: 429`` or
 ``x-fake-delay-ms: 50``; see :class:`FakeOptions`. Every request is recorded in a
@@ -128,6 +129,11 @@ class FakeProviderState:
     #: What ``GET /v1/key`` (OpenRouter's key endpoint) answers, and with which status.
     key_answer: Any = None
     key_status: int = 200
+    #: ``GET /v1/pricing``: the price listing's bytes (None: 404), its HTTP status, and
+    #: whether it is sent in chunks without a Content-Length.
+    listing: bytes | None = None
+    listing_status: int = 200
+    listing_chunked: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, request: RecordedRequest) -> None:
@@ -398,8 +404,22 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
             return JSONResponse({"error": {"message": "no key answer set"}}, status_code=404)
         return JSONResponse(st.key_answer, status_code=st.key_status)
 
+    async def pricing(request: Request) -> Response:
+        await _prepare(request, st)
+        body, status = st.listing, st.listing_status
+        if body is None:
+            return JSONResponse({"error": {"message": "no listing"}}, status_code=404)
+        if not st.listing_chunked:
+            return Response(body, status_code=status, media_type="application/json")
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for at in range(0, len(body), 1 << 20):
+                yield body[at:at + (1 << 20)]
+        return StreamingResponse(chunks(), status_code=status, media_type="application/json")
+
     app = Starlette(routes=[
         Route("/v1/key", key, methods=["GET"]),
+        Route("/v1/pricing", pricing, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
