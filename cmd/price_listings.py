@@ -26,6 +26,7 @@ one warning naming the provider and the reason, never the URL (it could carry a 
 
 import asyncio
 import contextlib
+from collections.abc import Collection
 
 import aiohttp
 from loguru import logger
@@ -132,15 +133,21 @@ class PriceListings:
                 adopted += 1
         return adopted
 
-    async def start(self) -> None:
-        """Start refreshing every listing (the first fetch at once) on the running loop."""
-        if not self._providers or self._tasks:
+    async def start(self, skip: Collection[str] = ()) -> None:
+        """Start refreshing every listing (the first fetch at once) on the running loop.
+
+        Providers named in ``skip`` (those without a usable key) are not fetched: nothing
+        goes to the network for a provider nobody can call (the zero config names
+        OpenRouter's listing; a daemon without an OpenRouter key never reads it).
+        """
+        providers = [p for p in self._providers if p.name not in skip]
+        if not providers or self._tasks:
             return
         self._session = aiohttp.ClientSession(
             timeout=_TIMEOUT, headers={"User-Agent": f"sessionwarden/{__version__}",
                                        "Accept": "application/json"})
         self._tasks = [asyncio.create_task(self._loop(p), name=f"prices-{p.name}")
-                       for p in self._providers]
+                       for p in providers]
 
     async def _loop(self, provider: ProviderConfig) -> None:
         while True:

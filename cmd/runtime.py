@@ -225,8 +225,11 @@ class Runtime:
         return self.supervisor.ref(name)
 
     async def astart(self) -> None:
-        """Start the work the daemon does on the event loop: refreshing price listings."""
-        await self.listings.start()
+        """Start the work the daemon does on the event loop: refreshing price listings.
+
+        Only for providers with a usable key (known once :meth:`start` has run).
+        """
+        await self.listings.start(skip=self.unusable)
 
     async def aclose(self) -> None:
         """Close the upstream connections (in the event loop, before :meth:`stop`)."""

@@ -212,3 +212,26 @@ def test_a_restart_without_the_listing_prices_with_the_recorded_one(
     assert completed.cost_version == recorded.version
     assert Decimal(completed.cost or "x") == at("0.000001", "0.000002", completed)
     assert listings(daemon) == [recorded]
+
+
+def test_a_provider_without_a_usable_key_has_its_listing_never_fetched(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    fake.state.listing = listing(m=("0.000001", "0.000002"))
+    # Were it fetched, this listing (nothing listens on port 9) would log a failure.
+    keyless = ('[[providers]]\nname = "keyless"\nbase_url = "http://127.0.0.1:9/v1"\n'
+               'keys = ["env:NOT_SET_ANYWHERE"]\npricing_url = "http://127.0.0.1:9/v1/m"\n'
+               "pricing_refresh_s = 0.1\n")
+    seen: list[str] = []
+    sink = logger.add(lambda m: seen.append(str(m)), level="DEBUG")
+    daemon = InProcessDaemon(tmp_path / "events.db", fake,
+                             extra_config=extra(fake) + keyless).start()
+    try:
+        wait_for(lambda: len(listings(daemon)) == 1, "the usable provider's listing")
+        time.sleep(0.3)  # three refresh periods of the keyless provider
+        assert daemon.types("prices-keyless") == []
+    finally:
+        daemon.stop()
+        logger.remove(sink)
+    assert not [line for line in seen if "price listing of provider keyless" in line]
+    assert [line for line in seen if "provider keyless is unusable" in line]
