@@ -5,6 +5,7 @@ A view is only trustworthy if every process that appends also folds the events i
 CLI's admin commands and ``replay`` stay in agreement.
 """
 
+from sessionwarden.actors.side_calls import SideCallsView
 from sessionwarden.actors.views import CredentialsView, LedgerView, RateLimitsView, SessionsView
 from sessionwarden.store import Projection, StreamsView
 
@@ -13,4 +14,5 @@ __all__ = ["default_projections"]
 
 def default_projections() -> list[Projection]:
     """The views of a sessionwarden database, in the order they are applied."""
-    return [StreamsView(), SessionsView(), LedgerView(), CredentialsView(), RateLimitsView()]
+    return [StreamsView(), SessionsView(), LedgerView(), CredentialsView(), RateLimitsView(),
+            SideCallsView()]
