@@ -218,7 +218,7 @@ def _usage_lines(usage: SessionUsage) -> list[str]:
 def _bucket_text(bucket: RateLimitBucket, reset_at: datetime | None, now: datetime) -> str:
     def number(value: int | None) -> str:
         return "?" if value is None else _n(value)
-    text = f"{printable(bucket.name)} {number(bucket.remaining)}/{number(bucket.limit)}"
+    text = f"{printable(bucket.name)} {number(bucket.remaining)}/{number(bucket.limit)} left"
     if bucket.exhausted and reset_at is not None and reset_at > now:
         text += f" (empty until {_time(reset_at)})"
     return text
@@ -234,14 +234,20 @@ def _rate_limit_lines(line: RateLimitLine | None, now: datetime) -> list[str]:
             f"(last recorded {_time(line.observed_at)}): {buckets}"]
 
 
+def _fields_text(value: msgspec.Struct) -> str:
+    """A struct as ``name value, …`` (escaped): the text of a part with no wording yet."""
+    fields: dict[str, Any] = _builtins(value)
+    return ", ".join(f"{printable(str(k))} {printable(str(v))}" for k, v in fields.items())
+
+
 def _budget_lines(budget: msgspec.Struct | None) -> list[str]:
-    """"budget left" (the spend caps): nothing until the caps are wired into this view."""
-    return [] if budget is None else [f"budget left: {printable(repr(budget))}"]
+    """"budget left" (the spend caps' place): no line until the caps are wired here."""
+    return [] if budget is None else [f"budget left: {_fields_text(budget)}"]
 
 
 def _notice_lines(notices: tuple[msgspec.Struct, ...]) -> list[str]:
-    """The credit notices: none until the credits tracker is wired into this view."""
-    return [f"notice: {printable(repr(notice))}" for notice in notices]
+    """The credit notices' place, one line each: none until the tracker is wired here."""
+    return [f"notice: {_fields_text(notice)}" for notice in notices]
 
 
 def status_text(full: SessionStatus, now: datetime) -> str:

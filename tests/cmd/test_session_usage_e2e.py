@@ -154,7 +154,7 @@ def test_status_session_is_the_usage_view_with_exact_amounts(
     ]
     assert lines[7].startswith(f"rate limits: fake key {completions[-1].credential} "
                                "(last recorded ")
-    assert "requests " in lines[7] and "/10,000, tokens " in lines[7]
+    assert "requests " in lines[7] and "/10,000 left, tokens " in lines[7]
     assert lines[8].startswith("context: ") and lines[-1] == ROUNDED_NOTE
 
 
