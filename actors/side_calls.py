@@ -29,13 +29,14 @@ class SideCallsView:
     tables: tuple[str, ...] = ("view_side_calls",)
 
     def create(self, conn: apsw.Connection) -> None:
-        """Create ``view_side_calls`` and its index by session."""
+        """Create ``view_side_calls`` and its index by purpose."""
         conn.execute(
             "CREATE TABLE IF NOT EXISTS view_side_calls ("
             " call_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, purpose TEXT NOT NULL,"
             " parent_call TEXT NOT NULL) WITHOUT ROWID;"
-            "CREATE INDEX IF NOT EXISTS view_side_calls_session"
-            " ON view_side_calls (session_id, purpose);"
+            # ``usage`` asks for the side calls of one purpose (then joins the ledger).
+            "CREATE INDEX IF NOT EXISTS view_side_calls_purpose"
+            " ON view_side_calls (purpose, session_id);"
         )
 
     def apply(self, conn: apsw.Connection, events: Sequence[RecordedEvent]) -> None:

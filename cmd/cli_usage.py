@@ -193,18 +193,21 @@ def aggregate(conn: apsw.Connection, column: str, where: str, args: tuple[object
     return groups
 
 
-def side_calls(conn: apsw.Connection, where: str, args: tuple[object, ...]
-               ) -> dict[str, dict[str, Group]]:
-    """The side calls matching ``where``, by session then purpose (``view_side_calls``).
+def side_calls(conn: apsw.Connection, where: str, args: tuple[object, ...],
+               session: str | None = None) -> dict[str, dict[str, Group]]:
+    """The side calls matching ``where`` (and of ``session``), by session then purpose.
 
-    They are in their session's group already; these are the same calls shown apart.
+    They are in their session's group already; these are the same calls shown apart,
+    found through ``view_side_calls`` (by purpose, then session: an index search).
     """
     found: dict[str, dict[str, Group]] = {}
     if not _fetch(conn, "SELECT 1 FROM sqlite_master WHERE name = 'view_side_calls'"):
         return found  # a log no daemon with this view has written to since
-    side = f"({where}) AND call_id IN (SELECT call_id FROM view_side_calls WHERE purpose = ?)"
+    narrow, more = (" AND session_id = ?", (session,)) if session is not None else ("", ())
+    side = (f"({where}) AND call_id IN"
+            f" (SELECT call_id FROM view_side_calls WHERE purpose = ?{narrow})")
     for (purpose,) in _fetch(conn, "SELECT DISTINCT purpose FROM view_side_calls"):
-        for key, group in aggregate(conn, "session_id", side, (*args, purpose)).items():
+        for key, group in aggregate(conn, "session_id", side, (*args, purpose, *more)).items():
             found.setdefault(key, {})[purpose] = group
     return found
 
@@ -280,7 +283,7 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
         try:
             _require(conn, db, "view_ledger")
             groups = aggregate(conn, _BY_COLUMN[args.by], " AND ".join(clauses), tuple(params))
-            sides = (side_calls(conn, " AND ".join(clauses), tuple(params))
+            sides = (side_calls(conn, " AND ".join(clauses), tuple(params), args.session)
                      if args.by == "session" else {})
         except apsw.Error as exc:
             raise translate(exc, db) from None
