@@ -111,6 +111,8 @@ def _times(value: Any) -> Any:
         return value.isoformat(timespec="microseconds")
     if isinstance(value, dict):
         return {k: _times(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_times(v) for v in value]
     return value
 
 
