@@ -16,9 +16,14 @@ Cost rules (a cost that is not known is never shown as 0):
 A query that matches nothing is not an error (exit 0): the text says so, ``--json``
 prints the empty answer (``usage``: ``[]``; ``status``: its object with no sessions).
 
-``status --session ID`` shows that one session's context instead, read from its stream
-(``cmd/session_status.py``; the threshold from ``--config``): it names one session, so a
-session the log does not have is an error (one line, exit 1), not an empty answer.
+By session, each session's side calls (the daemon's own: the model summariser's) are in
+its group and also listed apart, by purpose (``view_side_calls``): a ``side_calls`` list
+in its JSON object, rows ``+ <purpose>`` under it in the table.
+
+``status --session ID`` shows that one session's usage and context instead, read from
+its stream (``cmd/session_status.py``; the threshold from ``--config``): it names one
+session, so a session the log does not have is an error (one line, exit 1), not an
+empty answer.
 
 ``--since`` is inclusive. ``--until`` is inclusive too: a date covers that whole day, a
 datetime is the last instant included. Times are UTC unless they carry an offset.
@@ -124,7 +129,8 @@ def add_usage_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]
 
     p = sub.add_parser("status", help="sessions, their usage, and the credential pool")
     p.add_argument("--session", metavar="ID",
-                   help="one session's context: used vs threshold, compressions, spills")
+                   help="one session: tokens, cost (side calls included), rate limits,"
+                        " context used vs threshold, compressions, spills")
     p.add_argument("--config", type=Path, default=None,
                    help="TOML config the threshold comes from, with --session "
                         "(default: $SESSIONWARDEN_CONFIG, else the environment)")
@@ -192,6 +198,31 @@ def aggregate(conn: apsw.Connection, column: str, where: str, args: tuple[object
             part.statuses = {"unknown"}
         groups.setdefault(part.key, Group(part.key)).merge(part)
     return groups
+
+
+def side_calls(conn: apsw.Connection, where: str, args: tuple[object, ...],
+               session: str | None = None) -> dict[str, dict[str, Group]]:
+    """The side calls matching ``where`` (and of ``session``), by session then purpose.
+
+    They are in their session's group already; these are the same calls shown apart,
+    found through ``view_side_calls`` (by purpose, then session: an index search).
+    """
+    found: dict[str, dict[str, Group]] = {}
+    if not _fetch(conn, "SELECT 1 FROM sqlite_master WHERE name = 'view_side_calls'"):
+        return found  # a log no daemon with this view has written to since
+    narrow, more = (" AND session_id = ?", (session,)) if session is not None else ("", ())
+    side = (f"({where}) AND call_id IN"
+            f" (SELECT call_id FROM view_side_calls WHERE purpose = ?{narrow})")
+    for (purpose,) in _fetch(conn, "SELECT DISTINCT purpose FROM view_side_calls"):
+        for key, group in aggregate(conn, "session_id", side, (*args, purpose, *more)).items():
+            found.setdefault(key, {})[purpose] = group
+    return found
+
+
+def _side_json(sides: dict[str, Group]) -> list[dict[str, Any]]:
+    """A session's side calls as ``usage --json`` lists them: one object per purpose."""
+    return [{"purpose": purpose} | {k: v for k, v in g.to_json("session").items()
+                                    if k != "session"} for purpose, g in sorted(sides.items())]
 
 
 def _sources_text(sources: dict[str, int]) -> str:
@@ -264,6 +295,8 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
         try:
             _require(conn, db, "view_ledger")
             groups = aggregate(conn, _BY_COLUMN[args.by], " AND ".join(clauses), tuple(params))
+            sides = (side_calls(conn, " AND ".join(clauses), tuple(params), args.session)
+                     if args.by == "session" else {})
         except apsw.Error as exc:
             raise translate(exc, db) from None
     ordered = sorted(groups.values(), key=lambda g: (g.first_at, g.key))
@@ -274,6 +307,9 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
         # Still a list of one object per group (scripts rely on it); the totals, when
         # asked for, are one more object whose group is null and "total" true.
         out = [g.to_json(args.by) for g in ordered]
+        if args.by == "session":  # each session's side calls, apart (in its total already)
+            out = [row | {"side_calls": _side_json(sides.get(g.key, {}))}
+                   for row, g in zip(out, ordered, strict=True)]
         if args.totals:
             out.append(total.to_json(args.by) | {args.by: None, "total": True})
         print(json.dumps(out, indent=2))
@@ -290,15 +326,19 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
         print("no calls recorded" + (" matching the filters" if len(clauses) > 1 else ""))
         return 0
     columns = (replace(_USAGE_COLUMNS[0], header=args.by.upper()), *_USAGE_COLUMNS[1:])
+    # A session's side calls follow it as rows of their own, "  + <purpose>".
+    shown = [(label, g) for group in ordered for label, g in
+             [(group.key, group), *((f"  + {p}", s) for p, s in
+                                    sorted(sides.get(group.key, {}).items()))]]
     rows = [
-        [g.key, str(g.requests), *(str(g.tokens[k]) for k in _KINDS), _cost_text(g.cost),
+        [label, str(g.requests), *(str(g.tokens[k]) for k in _KINDS), _cost_text(g.cost),
          g.cost_status, _time_text(g.first_at), _time_text(g.last_at),
          _sources_text(g.sources)]
-        for g in [*ordered, total]
+        for label, g in [*shown, ("total", total)]
     ]
     width = terminal_width()
     print(render_table(columns, rows, width).text(width, rule_before_last=True))
-    if _rounded([g.cost for g in ordered]):
+    if _rounded([g.cost for _, g in shown]):
         print(_ROUNDED_NOTE)
     return 0
 

@@ -1,8 +1,9 @@
 """The control API, for agents that integrate explicitly: a session's status, and compact now.
 
-- ``GET /v1/sessions/{id}``: the session's context status, the JSON of
-  ``sessionwarden status --session ID --json`` (``cmd/session_status.py``); 404 for a
-  session the log does not have. The stream is read in a worker thread: the event loop
+- ``GET /v1/sessions/{id}``: the session's status, the JSON of
+  ``sessionwarden status --session ID --json`` (``cmd/session_status.py``), its budget
+  the UsageLedgerActor's live figures; 404 for a session the log does not have. The
+  stream is read in a worker thread: the event loop
   never waits on SQLite.
 - ``POST /v1/sessions/{id}/compact``, with an optional JSON body ``{"focus": "..."}``
   (a topic the summary should keep: at most 500 printable characters): asks the
@@ -109,6 +110,11 @@ async def _status(rt: Runtime, session_id: str, send: ASGISend) -> None:
     if status is None:
         await send_error(send, 404, f"no session {session_id!r}", code="session_not_found")
         return
+    try:  # the ledger's live figures count the reservations of calls in flight too
+        live = await ask(rt.ref("ledger"), BudgetOf(session_id))
+        status = msgspec.structs.replace(status, budget=live)
+    except (ActorUnavailable, StoreError):
+        pass  # the log's figures stand
     await send_json(send, 200, status_json(status))
 
 

@@ -7,6 +7,7 @@ CLI's admin commands and ``replay`` stay in agreement.
 
 from sessionwarden.actors.budget_views import SessionParentsView
 from sessionwarden.actors.credit_views import CreditsView
+from sessionwarden.actors.side_calls import SideCallsView
 from sessionwarden.actors.views import CredentialsView, LedgerView, RateLimitsView, SessionsView
 from sessionwarden.store import Projection, StreamsView
 
@@ -16,4 +17,4 @@ __all__ = ["default_projections"]
 def default_projections() -> list[Projection]:
     """The views of a sessionwarden database, in the order they are applied."""
     return [StreamsView(), SessionsView(), LedgerView(), CredentialsView(), RateLimitsView(),
-            SessionParentsView(), CreditsView()]
+            SessionParentsView(), CreditsView(), SideCallsView()]

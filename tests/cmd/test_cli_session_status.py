@@ -1,19 +1,25 @@
-"""``status --session ID``: one session's context, read from its stream in a real log."""
+"""``status --session ID``: one session's usage and context, read from its stream in a real log."""
 
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 from sessionwarden.actors.messages import new_event
+from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.main import main
+from sessionwarden.cmd.session_status import read_status, status_json, status_text
 from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.domain.session import session_stream
+from sessionwarden.domain.spend_caps import SessionBudget
 from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
     CompactionRequested,
     ContextCompressed,
+    RateLimitBucketSeen,
+    RateLimitsObserved,
     SessionStarted,
     SummariserFailed,
     ToolResultSpilled,
@@ -148,3 +154,99 @@ def test_a_bad_config_is_one_line(db: Path, tmp_path: Path,
                          "--config", str(tmp_path / "none.toml"))
     assert (code, out) == (78, "")
     assert len(err.splitlines()) == 1 and "config file not found" in err
+
+
+def test_the_budget_and_the_notices_of_the_session(db: Path, tmp_path: Path) -> None:
+    with EventLog(db, readonly=True) as log:
+        status = read_status(log, load_config(None, {}), "work")
+    assert status is not None
+    data = status_json(status)
+    assert data["budget"] == {"session_id": "work", "cap": None, "spent": "0",
+                              "reserved": "0", "left": None, "unknown_calls": 1, "parent": ""}
+    assert data["notices"] == []
+    text = status_text(status, T0)
+    assert ("budget: no session cap (spent unknown: 1 call of unknown cost, "
+            "with its subsessions)") in text.splitlines()
+    assert "notice" not in text
+    notice = {"provider": "p", "credential": "fp:k", "key": "credits.usage", "level": "warn",
+              "message": "75 %\x1b[2J of the credits used", "band": 75,
+              "raised_at": "2026-12-01T09:00:00.000000+00:00"}
+    status = msgspec.structs.replace(
+        status, budget=SessionBudget(session_id="work", cap="5", spent="1.25",
+                                     reserved="0.5", left="3.25", parent="boss"),
+        notices=(notice,))
+    data = status_json(status)
+    assert data["budget"]["left"] == "3.25" and data["notices"] == [notice]
+    lines = status_text(status, T0).splitlines()
+    budget = lines.index("budget left: ~$3.25 of $5 (spent ~$1.25, ~$0.50 reserved by calls "
+                         "in flight; draws from session boss's cap too, with its subsessions)")
+    assert lines[budget + 1] == ("notice: p fp:k: warn credits.usage: 75 %\\x1b[2J of the "
+                                 "credits used")
+    assert lines[budget + 2].startswith("context: ")
+
+
+def test_the_rate_limit_line_is_the_key_the_latest_client_call_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SESSIONWARDEN_CONFIG", raising=False)
+    path = tmp_path / "events.db"
+    clock = Clock()
+    with EventLog(path, projections=default_projections(), clock=clock) as log:
+        log.append(session_stream("s1"), [
+            new_event(SessionStarted(model="openai/gpt-4o")),
+            new_event(CallAdmitted(call_id="c1", provider="openai", model="gpt-4o")),
+            new_event(CallCompleted(call_id="c1", input_tokens=10, credential="fp:main")),
+            new_event(CallAdmitted(call_id="c2", provider="cheap", model="mini",
+                                   purpose="summary", parent_call="c1")),
+            new_event(CallCompleted(call_id="c2", input_tokens=10, credential="fp:side")),
+        ])
+        for provider, credential in (("openai", "fp:main"), ("cheap", "fp:side")):
+            log.append(f"ratelimits-{provider}", [new_event(RateLimitsObserved(
+                credential=credential, buckets=(
+                    RateLimitBucketSeen("tokens", 30_000, 29_000, 0.5),
+                    RateLimitBucketSeen("requests", 500, 0, 20.0))))])
+    code, out, _ = run(capsys, "status", "--db", str(path), "--session", "s1", "--json")
+    limits = json.loads(out)["rate_limits"]
+    assert code == 0 and (limits["provider"], limits["credential"]) == ("openai", "fp:main")
+    assert limits["buckets"][0] == {"name": "requests", "limit": 500, "remaining": 0,
+                                    "reset_seconds": 20.0,
+                                    "reset_at": "2026-12-01T09:00:20.000000+00:00"}
+    # An empty bucket says until when; a spent one whose reset has passed does not.
+    for now, until in ((T0, " (empty until 2026-12-01 09:00:20)"), (T0 + timedelta(hours=1), "")):
+        with EventLog(path, readonly=True) as log:
+            status = read_status(log, load_config(None, {}), "s1")
+        assert status is not None
+        assert ("rate limits: openai key fp:main (last recorded 2026-12-01 09:00:00): "
+                f"requests 0/500 left{until}, tokens 29,000/30,000 left") in status_text(
+                    status, now).splitlines()
+
+
+def test_a_log_written_before_the_side_calls_view_still_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SESSIONWARDEN_CONFIG", raising=False)
+    path = tmp_path / "events.db"
+    older = [p for p in default_projections()
+             if p.name not in ("side_calls", "ratelimits")]
+    with EventLog(path, projections=older) as log:
+        log.append(session_stream("s1"), [
+            new_event(SessionStarted(model="openai/gpt-4o")),
+            new_event(CallAdmitted(call_id="c1", provider="openai", model="gpt-4o")),
+            new_event(CallCompleted(call_id="c1", input_tokens=10, credential="fp:main")),
+            new_event(CallAdmitted(call_id="c2", provider="openai", model="gpt-4o",
+                                   purpose="summary", parent_call="c1")),
+            new_event(CallCompleted(call_id="c2", input_tokens=5)),
+        ])
+    code, out, _ = run(capsys, "usage", "--db", str(path), "--json")
+    [row] = json.loads(out)
+    assert (code, row["requests"], row["side_calls"]) == (0, 2, [])
+    code, out, _ = run(capsys, "status", "--db", str(path), "--session", "s1", "--json")
+    data = json.loads(out)
+    assert data["rate_limits"] is None and data["usage"]["side_calls"]["summary"]["requests"] == 1
+    # The next writer with today's views catches the new one up from the start of the log.
+    with EventLog(path, projections=default_projections()) as log:
+        log.append(session_stream("s2"), [new_event(SessionStarted(model="openai/gpt-4o"))])
+    code, out, _ = run(capsys, "usage", "--db", str(path), "--session", "s1", "--json")
+    [row] = json.loads(out)
+    assert [(s["purpose"], s["requests"], s["input_tokens"]) for s in row["side_calls"]] == [
+        ("summary", 1, 5)]

@@ -95,7 +95,7 @@ def test_usage_by_session_json(db, capsys):
         "cache_read_tokens": 50, "cache_write_tokens": 5, "reasoning_tokens": 2,
         "cost": None, "cost_status": "unknown", "sources": {},
         "first_at": "2026-11-29T09:00:00.000000+00:00",
-        "last_at": "2026-11-29T11:00:00.000000+00:00",
+        "last_at": "2026-11-29T11:00:00.000000+00:00", "side_calls": [],
     }
     assert rows["beta"]["sources"] == {"estimated": 1, "missing": 1}
     assert rows["gamma"]["cost"] == "0.0035" and rows["gamma"]["cost_status"] == "actual"

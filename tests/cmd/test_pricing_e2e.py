@@ -1,8 +1,9 @@
 """Every call priced at its completion, through the daemon (issue 12's ledger, first part).
 
 A `[[models]]` price override gives an exact Decimal; a model with no price is
-``unknown`` with no amount (never $0) in the event, `usage` and its `--json`; the built-in
-`sim` provider bills as ``included`` ($0, said so).
+``unknown`` with no amount (never $0) in the event, `usage`, `status --session` and their
+`--json`; a call whose upstream sent no usage is ``estimated`` in both views; the
+built-in `sim` provider bills as ``included`` ($0, said so).
 """
 
 import json
@@ -82,6 +83,42 @@ def test_a_model_without_a_price_is_unknown_never_zero(
     assert main(["usage", "--db", str(daemon.db), "--by", "session"]) == 0
     out = capsys.readouterr().out
     assert "unknown" in out and "$0 " not in out and "$0.00" not in out
+    # status --session: unknown, with no amount at all (not even "priced: 0").
+    assert main(["status", "--db", str(daemon.db), "--session", "unpriced", "--json"]) == 0
+    total = json.loads(capsys.readouterr().out)["usage"]["total"]
+    assert (total["cost"], total["cost_status"], total["priced_cost"]) == (None, "unknown", None)
+    assert total["unknown_requests"] == 1
+    assert main(["status", "--db", str(daemon.db), "--session", "unpriced"]) == 0
+    out = capsys.readouterr().out
+    assert "\ncost: unknown (no known cost for 1 call)\n" in out and "$" not in out
+
+
+def test_a_call_without_usage_is_estimated_in_status_and_usage(
+    daemon: InProcessDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    question = [{"role": "user", "content": "a question " * 40}]
+    with daemon.openai(session="estimated") as client:
+        client.chat.completions.create(model="priced", messages=question)  # type: ignore[arg-type]
+        client.chat.completions.create(model="priced", messages=question,  # type: ignore[arg-type]
+                                       extra_body={"fake": {"usage": "missing"}})
+    reported, guessed = completed(daemon, "estimated")
+    assert (reported.source, reported.cost_status) == ("provider", "actual")
+    assert (guessed.source, guessed.cost_status) == ("estimated", "estimated")
+    assert guessed.cost is not None and reported.cost is not None
+    assert main(["status", "--db", str(daemon.db), "--session", "estimated", "--json"]) == 0
+    total = json.loads(capsys.readouterr().out)["usage"]["total"]
+    assert (total["cost_status"], total["estimated_requests"]) == ("partial", 1)
+    assert total["estimated_cost"] == guessed.cost and total["sources"] == {"estimated": 1}
+    assert Decimal(total["cost"]) == Decimal(reported.cost) + Decimal(guessed.cost)
+    assert main(["status", "--db", str(daemon.db), "--session", "estimated"]) == 0
+    out = capsys.readouterr().out
+    assert "not from the provider: estimated: 1" in out
+    assert "partial; 1 call estimated (~$" in out
+    assert main(["usage", "--db", str(daemon.db), "--session", "estimated", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["cost_status"], row["sources"]) == ("partial", {"estimated": 1})
+    assert main(["usage", "--db", str(daemon.db), "--session", "estimated"]) == 0
+    assert "estimated: 1" in capsys.readouterr().out
 
 
 def test_the_simulated_provider_is_included(daemon: InProcessDaemon) -> None:
