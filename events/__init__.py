@@ -27,6 +27,7 @@ from sessionwarden.events.credentials import (
     CredentialRemoved,
 )
 from sessionwarden.events.errors import EventDecodeError, EventError, UnknownEventType
+from sessionwarden.events.keys import BreakerChanged, KeyStateChanged
 from sessionwarden.events.ratelimits import RateLimitBucketSeen, RateLimitsObserved
 from sessionwarden.events.session import (
     OUTCOMES,
@@ -47,6 +48,7 @@ __all__ = [
     "STORE_UPCASTERS",
     "UPCASTERS",
     "WITHDRAWN_TAGS",
+    "BreakerChanged",
     "CallAdmitted",
     "CallCompleted",
     "CallRefused",
@@ -62,6 +64,7 @@ __all__ = [
     "EventDecodeError",
     "EventError",
     "HistoryReset",
+    "KeyStateChanged",
     "RateLimitBucketSeen",
     "RateLimitsObserved",
     "RequestRecord",
@@ -92,6 +95,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     RateLimitsObserved,
     SessionCapSet,
     WalCheckpointed,
+    KeyStateChanged,
+    BreakerChanged,
 )
 
 #: Every upcaster from a retired tag to its successor.
