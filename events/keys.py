@@ -25,7 +25,8 @@ class KeyStateChanged(Event, frozen=True):
 
     Attributes:
         state: ``ok``, ``cooling``, ``exhausted`` or ``dead``.
-        previous: the state it left (as it stood at ``at``: a bench already over reads ``ok``).
+        previous: the state it left. For a new bench, as it stood at ``at`` (a bench whose
+            time was up reads ``ok``); for a return to ``ok``, the bench that ended.
         at: when the transition was decided (ISO 8601 UTC).
         until: when the bench ends (ISO 8601 UTC); None for ``ok`` and ``dead``.
         reason: why, e.g. ``transient_limit``, ``genuine_limit``, ``billing``, ``auth``,
