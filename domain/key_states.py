@@ -41,7 +41,7 @@ same secret configured for two providers has two states); operator reset and rem
 everything, including a bench the provider imposed.
 
 Input: :class:`KeyFailure`, a small struct of its own. The lead maps the error classifier's
-output onto it (``sessionwarden.domain.breaker.limit_failure`` builds it for 429s).
+output onto it (``sessionwarden.domain.limits.limit_failure`` builds it for 429s).
 """
 
 from collections.abc import Iterable, Sequence
@@ -116,7 +116,7 @@ class KeyFailure(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         kind: ``transient_limit`` (bare/short 429, capacity), ``genuine_limit`` (a bucket
-            out with a reset ≥ 60 s, :func:`sessionwarden.domain.breaker.is_genuine`),
+            out with a reset ≥ 60 s, :func:`sessionwarden.domain.limits.is_genuine`),
             ``billing`` (402, quota, spending limit), ``auth`` (401/403 not known to be
             terminal), ``auth_revoked`` (revoked/invalid token). ``overloaded``,
             ``server_error``, ``timeout`` and ``other`` say nothing about the key (the

@@ -10,12 +10,8 @@ from sessionwarden.domain.breaker import (
     PROBE_TIMEOUT_SECONDS,
     Breaker,
     Decision,
-    LimitVerdict,
     claim_probe,
     decide,
-    is_genuine,
-    limit_failure,
-    limit_verdict,
     on_call_failed,
     on_call_succeeded,
     on_keys_changed,
@@ -30,7 +26,8 @@ from sessionwarden.domain.key_states import (
     on_success,
     usable,
 )
-from sessionwarden.domain.ratelimits import RateLimitBucket, RateLimitSnapshot, parse_rate_limits
+from sessionwarden.domain.limits import limit_failure, limit_verdict
+from sessionwarden.domain.ratelimits import parse_rate_limits
 from sessionwarden.events import CODEC, BreakerChanged, Event
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -42,14 +39,6 @@ CLOSED = Breaker(provider="deepseek")
 
 def later(seconds: float) -> datetime:
     return NOW + timedelta(seconds=seconds)
-
-
-def snap(*buckets: RateLimitBucket, retry_after: float | None = None) -> RateLimitSnapshot:
-    return RateLimitSnapshot(buckets=buckets, retry_after_seconds=retry_after)
-
-
-def bucket(name: str, remaining: int, reset: float, limit: int = 100) -> RateLimitBucket:
-    return RateLimitBucket(name=name, limit=limit, remaining=remaining, reset_seconds=reset)
 
 
 def fold_keys(keys: KeyStates, events: tuple[Event, ...]) -> KeyStates:
@@ -75,87 +64,7 @@ def bench_429(keys: KeyStates, breaker: Breaker, fp: str, headers: dict[str, str
     return keys, fold_breaker(breaker, breaker_events), [*key_events, *breaker_events]
 
 
-# -- genuine or transient (hermes-behaviour.md §5) ---------------------------------------
-
-def test_an_exhausted_hourly_bucket_is_genuine_until_its_reset() -> None:
-    verdict = limit_verdict(snap(bucket("requests_1h", 0, 3100)), NOW)
-    assert verdict == LimitVerdict(genuine=True, reset_at=later(3100), source="requests_1h")
-    failure = limit_failure(verdict)
-    assert (failure.kind, failure.reset_at, failure.status) == ("genuine_limit", later(3100), 429)
-
-
-def test_a_bare_429_is_transient_and_leaves_the_cooling_to_its_backoff() -> None:
-    verdict = limit_verdict(snap(), NOW)
-    assert verdict == LimitVerdict(genuine=False, reset_at=later(300), source="default")
-    assert limit_failure(verdict) == KeyFailure(kind="transient_limit", status=429)
-
-
-def test_a_short_reset_or_a_healthy_bucket_is_not_genuine() -> None:
-    assert not is_genuine(snap(bucket("requests", 0, 30)), NOW)
-    assert not is_genuine(snap(bucket("requests_1h", 5, 3100)), NOW)
-    verdict = limit_verdict(snap(bucket("requests", 0, 30)), NOW)
-    assert (verdict.genuine, verdict.reset_at, verdict.source) == (False, later(30), "requests")
-
-
-def test_the_last_known_state_can_make_a_bare_429_genuine() -> None:
-    known = snap(bucket("requests_1h", 0, 3100))
-    seen = later(-100)
-    assert is_genuine(snap(), NOW, last_known=known, last_known_at=seen)
-    verdict = limit_verdict(snap(), NOW, last_known=known, last_known_at=seen)
-    assert (verdict.genuine, verdict.reset_at, verdict.source) == (
-        True, later(3000), "last_known:requests_1h")
-    # nearly refilled since, or healthy, or a bucket with no limit: not genuine
-    assert not is_genuine(snap(), NOW, last_known=known, last_known_at=later(-3050))
-    assert not is_genuine(snap(), NOW, last_known=snap(bucket("requests_1h", 3, 3100)),
-                          last_known_at=seen)
-    no_limit = snap(RateLimitBucket(name="tokens", remaining=0, reset_seconds=600))
-    assert not is_genuine(snap(), NOW, last_known=no_limit, last_known_at=seen)
-
-
-def test_reset_priority_hourly_then_requests_then_retry_after_then_body() -> None:
-    body = later(500)
-    cases = [
-        (snap(bucket("requests_1h", 0, 3000), bucket("requests", 0, 100), retry_after=50),
-         3000, "requests_1h"),
-        (snap(bucket("requests", 0, 120), retry_after=50), 120, "requests"),
-        (snap(retry_after=90), 90, "retry_after"),
-        (snap(), 500, "body"),
-    ]
-    for snapshot, seconds, source in cases:
-        verdict = limit_verdict(snapshot, NOW, body_reset_at=body)
-        assert (verdict.reset_at, verdict.source) == (later(seconds), source)
-
-
-def test_a_healthy_buckets_short_reset_does_not_cut_a_token_limit() -> None:
-    # OpenAI's TPM 429: requests left with reset 120ms, tokens out for 1m10s
-    headers = {
-        "x-ratelimit-limit-requests": "500", "x-ratelimit-remaining-requests": "499",
-        "x-ratelimit-reset-requests": "120ms", "x-ratelimit-limit-tokens": "30000",
-        "x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "1m10s",
-    }
-    verdict = limit_verdict(parse_rate_limits(headers, NOW), NOW)
-    assert (verdict.genuine, verdict.reset_at, verdict.source) == (
-        True, later(70), "bucket:tokens")
-
-
-def test_a_genuine_limit_is_never_benched_shorter_than_its_bucket() -> None:
-    verdict = limit_verdict(snap(bucket("requests", 0, 30), bucket("tokens", 0, 90)), NOW)
-    assert (verdict.genuine, verdict.reset_at, verdict.source) == (True, later(90), "requests")
-    verdict = limit_verdict(snap(bucket("tokens", 0, 90), retry_after=20), NOW)
-    assert verdict.reset_at == later(90)
-
-
-def test_anthropic_and_http_date_resets_are_read() -> None:
-    headers = {
-        "anthropic-ratelimit-requests-limit": "50",
-        "anthropic-ratelimit-requests-remaining": "0",
-        "anthropic-ratelimit-requests-reset": "2026-12-02T12:02:00Z",
-    }
-    verdict = limit_verdict(parse_rate_limits(headers, NOW), NOW)
-    assert (verdict.genuine, verdict.reset_at) == (True, later(120))
-    dated = parse_rate_limits({"retry-after": "Wed, 02 Dec 2026 12:00:45 GMT"}, NOW)
-    assert limit_verdict(dated, NOW).reset_at == later(45)
-
+# -- a 429 through the key states and the breaker ------------------------------------
 
 def test_a_transient_2s_429_does_not_bench_anything_for_long() -> None:
     keys, breaker, events = bench_429(KEYS, CLOSED, A, {"retry-after": "2"}, pool=(A,))
