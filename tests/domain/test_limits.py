@@ -138,7 +138,8 @@ def test_a_verdict_is_genuine_exactly_by_the_rule_and_never_ends_before_its_buck
                             body_reset_at=None if body is None else later(body))
     resets = [b.reset_seconds for b in own.buckets
               if b.exhausted and b.reset_seconds is not None]
-    resets += [b.reset_seconds - age for b in (known.buckets if known else ())
+    elapsed = (NOW - seen).total_seconds()  # the age as a datetime holds it (microseconds)
+    resets += [b.reset_seconds - elapsed for b in (known.buckets if known else ())
                if b.exhausted and b.limit and b.reset_seconds is not None]
     genuine = [r for r in resets if r >= MIN_GENUINE_RESET_SECONDS]
     assert verdict.genuine == bool(genuine)
