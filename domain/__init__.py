@@ -13,7 +13,9 @@ Each policy has its home here (modules marked *planned* arrive with their issue)
 ``usage_stream``         where a stream's usage is; Anthropic's usage folded
 ``usage_estimate``       our token estimate (chars/4)
 ``ratelimits``           parsing rate-limit headers; what is worth recording
-``pool``                 key strategies, leases (the key state machine: *planned*)
+``pool``                 key strategies, leases
+``key_states``           each key's health (ok, cooling, exhausted, dead) as its events fold
+``limits``               a 429: a genuine limit or a transient one, and when it ends
 ``session``              a session's state and how its events fold into it
 ``calls``                call requests and outcomes; a call's completion
 ``admission``            the admission pipeline: stages, verdicts, pending work
@@ -47,7 +49,7 @@ Each policy has its home here (modules marked *planned* arrive with their issue)
 ``credits``              credit notices: usage bands, grant spent, depleted/restored
 ``credit_events``        the credits tracker's state and notices as events; free models
 ``guardrails``           tool-loop guardrails (*planned*)
-``breaker``              the shared rate-limit breaker (*planned*)
+``breaker``              the provider breaker: fail fast, one half-open probe (wiring *planned*)
 ``classifier``           upstream errors into the recovery they need (*planned*)
 ``errors``               the domain's errors
 =======================  ===========================================================

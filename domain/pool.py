@@ -6,8 +6,10 @@ unusable, ``round_robin`` rotates, ``random`` picks uniformly (with an injected 
 ``max_concurrent_leases`` is a soft cap: keys under it are preferred, but a call is never
 refused only because all are busy.
 
-The key state machine (ok → cooling → exhausted → ok, dead) arrives with the keys issue
-and lives here too: :class:`KeyState` is where a key's state will be folded.
+The key state machine (ok → cooling → exhausted → ok, dead) is
+``sessionwarden.domain.key_states``, by fingerprint; selection is to take only the keys
+its ``usable`` returns (not wired yet). :class:`KeyState` here is a pool entry's secret and
+leases.
 """
 
 import random

@@ -28,6 +28,7 @@ from sessionwarden.events.credentials import (
 )
 from sessionwarden.events.credits import CreditNoticeCleared, CreditNoticeRaised, CreditsObserved
 from sessionwarden.events.errors import EventDecodeError, EventError, UnknownEventType
+from sessionwarden.events.keys import BreakerChanged, KeyStateChanged
 from sessionwarden.events.prices import ListedPrice, PriceListingPublished
 from sessionwarden.events.ratelimits import RateLimitBucketSeen, RateLimitsObserved
 from sessionwarden.events.session import (
@@ -49,6 +50,7 @@ __all__ = [
     "STORE_UPCASTERS",
     "UPCASTERS",
     "WITHDRAWN_TAGS",
+    "BreakerChanged",
     "CallAdmitted",
     "CallCompleted",
     "CallRefused",
@@ -67,6 +69,7 @@ __all__ = [
     "EventDecodeError",
     "EventError",
     "HistoryReset",
+    "KeyStateChanged",
     "ListedPrice",
     "PriceListingPublished",
     "RateLimitBucketSeen",
@@ -103,6 +106,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     CreditNoticeRaised,
     CreditNoticeCleared,
     PriceListingPublished,
+    KeyStateChanged,
+    BreakerChanged,
 )
 
 #: Every upcaster from a retired tag to its successor.

@@ -18,6 +18,7 @@ from sessionwarden.events import (
     ALL_EVENTS,
     CODEC,
     WITHDRAWN_TAGS,
+    BreakerChanged,
     CallAdmitted,
     CallCompleted,
     CallRefused,
@@ -32,6 +33,7 @@ from sessionwarden.events import (
     Event,
     EventDecodeError,
     HistoryReset,
+    KeyStateChanged,
     ListedPrice,
     PriceListingPublished,
     RateLimitBucketSeen,
@@ -149,6 +151,15 @@ EXPECTED: dict[str, Event] = {
             RateLimitBucketSeen(name="requests", limit=50, remaining=0, reset_seconds=12.0),
             RateLimitBucketSeen(name="tokens", limit=40000, remaining=39000),
         ),
+    ),
+    "credential.state_changed.v1": KeyStateChanged(
+        provider="openrouter", fingerprint="fp:3c4d5e6f7a8b", state="exhausted",
+        previous="cooling", at="2026-12-02T12:00:00.000+00:00",
+        until="2026-12-02T13:00:00.000+00:00", reason="genuine_limit", status=429,
+    ),
+    "ratelimit.breaker_changed.v1": BreakerChanged(
+        provider="deepseek", state="open", until="2026-12-02T12:05:00.000+00:00",
+        reason="no_usable_key",
     ),
     "store.wal_checkpointed.v1": WalCheckpointed(
         mode="TRUNCATE", wal_frames=4096, checkpointed_frames=4096, reason="size"
