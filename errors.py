@@ -26,6 +26,7 @@ it into a short message instead of a traceback. The whole tree::
     ├── sessionwarden.domain.errors.DomainError      policy
     │   ├── UsageRejected
     │   ├── NoCredential
+    │   │   └── KeysBenched
     │   ├── UnknownCall
     │   ├── BrokenChain
     │   └── ListingRejected

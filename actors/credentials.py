@@ -14,7 +14,18 @@ the actor's start (and the daemon's) instead of being lost.
 
 Leases are memory only: which key served a call is recorded in the call's completion,
 and the number of leases in flight restarts at zero with the process (no call of the
-previous process is still in flight). Strategies are the domain's
+previous process is still in flight).
+
+Each key's health and the provider's breaker (``actors/key_health.py`` over
+``domain.key_states`` and ``domain.breaker``) decide which keys a lease may take: a
+benched key is never leased, and when none may be, the lease fails at once
+(``KeysBenched``: the proxy answers 429 with ``Retry-After`` without touching the
+upstream). :class:`KeyFailed` benches a key (its reply waits for the commit, so the
+call's failover lease, asked next, avoids it); a :class:`Release` of a served call ends
+benches set before it was sent. Every transition is a KeyStateChanged on
+``credentials-<provider>`` (a BreakerChanged on ``ratelimits-<provider>``), recovered
+at start by folding those streams, so a restarted daemon keeps failing fast until the
+reset. Strategies are the domain's
 (``sessionwarden.domain.pool``). A simulated provider (the built-in ``sim``) is keyless:
 every lease of it is granted, with no secret and no fingerprint.
 """
@@ -23,21 +34,54 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 from loguru import logger
-from sessionwarden.actors.bridge import GovernedActor, Reply
-from sessionwarden.actors.messages import Lease, Leased, Release, UnusableProviders, new_event
+from sessionwarden.actors.bridge import PENDING, GovernedActor, Reply
+from sessionwarden.actors.errors import ActorCrash
+from sessionwarden.actors.key_health import ProviderHealth
+from sessionwarden.actors.messages import (
+    KeyFailed,
+    Lease,
+    Leased,
+    Release,
+    UnusableProviders,
+    new_event,
+)
+from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.config import ConfigError, ProviderConfig, resolve_key
 from sessionwarden.domain.errors import NoCredential
 from sessionwarden.domain.pool import KeyState, Pool
-from sessionwarden.events import CredentialAdded, CredentialRemoved, Event
+from sessionwarden.events import (
+    CODEC,
+    BreakerChanged,
+    CredentialAdded,
+    CredentialRemoved,
+    Event,
+    KeyStateChanged,
+)
 from sessionwarden.redact import default_redactor
-from sessionwarden.store import EventLog, StreamAppend
+from sessionwarden.store import ANY, EventLog, StreamAppend
+from sessionwarden.store.errors import StoreError
+from sessionwarden.store.writer import AppendRequest
 
-__all__ = ["CredentialPoolActor", "credentials_stream"]
+__all__ = ["KEY_EVENT_TAGS", "CredentialPoolActor", "credentials_stream"]
+
+
+#: The stored tags of a key's health transitions (read back at start).
+KEY_EVENT_TAGS = CODEC.tags_of(KeyStateChanged) | CODEC.tags_of(CredentialRemoved)
 
 
 def credentials_stream(provider: str) -> str:
     """The stream of a provider's pool."""
     return f"credentials-{provider}"
+
+
+class _NotRecorded:
+    """Told by the writer's thread: a health append failed (the state is ahead of the log)."""
+
+    __slots__ = ("error", "provider")
+
+    def __init__(self, provider: str, error: BaseException) -> None:
+        self.provider = provider
+        self.error = error
 
 
 class CredentialPoolActor(GovernedActor):
@@ -50,10 +94,13 @@ class CredentialPoolActor(GovernedActor):
         environ: Mapping[str, str],
         *,
         rng: random.Random | None = None,
+        clock: Clock | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         """Pool the keys of ``providers``, resolving references from ``environ``."""
         super().__init__(on_failure)
+        self._clock = clock or SystemClock()
+        self._health: dict[str, ProviderHealth] = {}
         self._log = log
         self._providers = list(providers)
         self._environ = dict(environ)
@@ -80,6 +127,9 @@ class CredentialPoolActor(GovernedActor):
         for provider in self._providers:
             pool = Pool(provider.strategy, provider.max_concurrent_leases)
             self._pools[provider.name] = pool
+            health = ProviderHealth(provider.name, provider.shared_limits)
+            health.recover(self._recorded_health(provider.name))
+            self._health[provider.name] = health
             known = recorded.pop(provider.name, {})
             problems: list[str] = []
             for ref in provider.keys:
@@ -112,6 +162,15 @@ class CredentialPoolActor(GovernedActor):
         if appends:
             self._log.append_batch(appends)
 
+    def _recorded_health(self, provider: str) -> list[Event]:
+        """The provider's key transitions and breaker changes, in the order recorded."""
+        wanted = CODEC.tags_of(BreakerChanged) | KEY_EVENT_TAGS
+        found = []
+        for stream in (credentials_stream(provider), f"ratelimits-{provider}"):
+            found += [(r.seq, CODEC.decode(r.type, r.data))
+                      for r in self._log.read_stream(stream) if r.type in wanted]
+        return [event for _, event in sorted(found, key=lambda item: item[0])]
+
     def _resolve(self, ref: str, problems: list[str]) -> str | None:
         """The secret ``ref`` names, or None with the reason added to ``problems``."""
         variable = ref.removeprefix("env:")
@@ -142,7 +201,7 @@ class CredentialPoolActor(GovernedActor):
         logger.warning("provider {} is unusable, calls to it get 503: {}", provider.name, why)
 
     def handle(self, message: object, reply: Reply) -> object:
-        """Dispatch Lease, Release and UnusableProviders."""
+        """Dispatch Lease, Release, KeyFailed and UnusableProviders."""
         if isinstance(message, Lease):
             if message.provider in self._keyless:
                 return Leased(message.provider, "", "")
@@ -151,16 +210,64 @@ class CredentialPoolActor(GovernedActor):
                 why = self._unusable.get(message.provider)
                 raise NoCredential(f"provider {message.provider!r} has no usable key"
                                    + (f": {why}" if why else ""))
-            key: KeyState = pool.lease(self._rng)
+            allowed = self._health[message.provider].allowed(
+                pool.fingerprints(), message.exclude, self._clock.now())
+            key: KeyState = pool.lease(self._rng, allowed)
             return Leased(message.provider, key.fingerprint, key.secret)
         if isinstance(message, Release):
             pool = self._pools.get(message.provider)
             if pool is not None:
                 pool.release(message.fingerprint)
+                if message.served and message.sent_at is not None and message.fingerprint:
+                    events = self._health[message.provider].served(
+                        pool.fingerprints(), message.fingerprint, message.sent_at,
+                        self._clock.now())
+                    if events:
+                        self._append(message.provider, events, None)
             return None
+        if isinstance(message, KeyFailed):
+            pool = self._pools.get(message.provider)
+            health = self._health.get(message.provider)
+            if pool is None or health is None:
+                return False
+            events = health.failed(pool.fingerprints(), message.fingerprint, message.failure,
+                                   self._clock.now())
+            if not events:
+                return True
+            self._append(message.provider, events, reply)
+            return PENDING
+        if isinstance(message, _NotRecorded):
+            raise ActorCrash(f"provider {message.provider}: key health not recorded: "
+                             f"{message.error}")
         if isinstance(message, UnusableProviders):
             return dict(self._unusable)
         raise TypeError(f"CredentialPoolActor cannot handle {type(message).__name__}")
+
+    def _append(self, provider: str, events: list[Event], reply: Reply | None) -> None:
+        """Append a provider's health events (one atomic append); ``reply(True)`` once durable.
+
+        The state already folded them: should the append fail, the actor restarts and
+        recovers from the log, which never had them.
+        """
+        keys = tuple(new_event(e) for e in events if not isinstance(e, BreakerChanged))
+        breaker = tuple(new_event(e) for e in events if isinstance(e, BreakerChanged))
+        parts = [StreamAppend(stream, part, ANY) for stream, part in (
+            (credentials_stream(provider), keys), (f"ratelimits-{provider}", breaker)) if part]
+        ref = self.actor_ref
+
+        def committed(request: AppendRequest) -> None:
+            if reply is not None:
+                reply(True if request.error is None else None, request.error)
+            if request.error is not None:
+                try:  # to the actor's own thread: it restarts and recovers from the log
+                    ref.tell(_NotRecorded(provider, request.error))
+                except Exception:
+                    pass  # already stopped: its successor recovers from the log
+
+        try:
+            self._log.submit(parts, callback=committed)
+        except StoreError as exc:
+            raise ActorCrash(f"cannot append: {exc}") from exc
 
     def snapshot(self) -> dict[str, list[tuple[str, int, int]]]:
         """Per provider: (fingerprint, active, leases) of each key, for status and tests."""

@@ -6,11 +6,13 @@ request body, handed over to admission (the proxy does not touch it
 until the reply), and :class:`Leased` carries a secret, so its ``repr`` never shows it.
 """
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 import msgspec
 from sessionwarden.domain.calls import CallOutcome, CallRequest
+from sessionwarden.domain.key_states import KeyFailure
 from sessionwarden.domain.ratelimits import RateLimitSnapshot
 from sessionwarden.events import CODEC, Event
 from sessionwarden.store import NewEvent, StreamAppend
@@ -23,6 +25,7 @@ __all__ = [
     "BudgetOf",
     "Committed",
     "Complete",
+    "KeyFailed",
     "Lease",
     "Leased",
     "NeedsWork",
@@ -123,10 +126,27 @@ class UnusableProviders(msgspec.Struct, frozen=True):
 
 
 class Lease(msgspec.Struct, frozen=True):
-    """Ask the CredentialPoolActor for a key of ``provider`` to serve ``call_id``."""
+    """Ask the CredentialPoolActor for a key of ``provider`` to serve ``call_id``.
+
+    ``exclude`` names the fingerprints the call already tried (failover: at most once
+    per key). Fails with ``KeysBenched`` when no key may be used now (fail fast).
+    """
 
     provider: str
     call_id: str
+    exclude: tuple[str, ...] = ()
+
+
+class KeyFailed(msgspec.Struct, frozen=True):
+    """An upstream failure with the key ``fingerprint``: bench it (or count an overload).
+
+    Reply: True once the key's (and the breaker's) new state is durable, so the call's
+    next lease, asked right after, already avoids the key.
+    """
+
+    provider: str
+    fingerprint: str
+    failure: KeyFailure
 
 
 class Leased:
@@ -145,10 +165,16 @@ class Leased:
 
 
 class Release(msgspec.Struct, frozen=True):
-    """A call is done with its key (the pool's in-flight count goes down)."""
+    """A call is done with its key (the pool's in-flight count goes down).
+
+    ``served`` says the upstream answered the call (not a key failure): a key benched
+    before ``sent_at`` is back, and a half-open breaker closes.
+    """
 
     provider: str
     fingerprint: str
+    served: bool = False
+    sent_at: datetime | None = None
 
 
 class Settle(msgspec.Struct, frozen=True):

@@ -24,6 +24,7 @@ import asyncio
 import base64
 import os
 import time
+from datetime import datetime
 from typing import Any
 
 from loguru import logger
@@ -46,13 +47,13 @@ from sessionwarden.actors.messages import (
 from sessionwarden.cmd.access import note_call, note_completion
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.config import ProviderConfig
-from sessionwarden.domain.calls import CallOutcome, CallRequest
+from sessionwarden.domain.calls import CallAttempt, CallOutcome, CallRequest
 from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.events import CallCompleted
 from sessionwarden.store.errors import StoreError
 
 __all__ = ["ProxiedCall", "admit", "complete", "new_call_id", "release_key", "request_lease",
-           "return_lease", "take_lease"]
+           "return_lease", "served", "take_lease"]
 
 #: How long a completion keeps trying to reach a (restarting) actor.
 COMPLETE_DEADLINE_S = 30.0
@@ -69,8 +70,8 @@ class ProxiedCall:
     A new call notes itself in the access line of the request it serves.
     """
 
-    __slots__ = ("call_id", "lease", "model", "provider", "recorded", "session_id",
-                 "started", "stream")
+    __slots__ = ("attempts", "call_id", "error_class", "lease", "model", "provider", "recorded", "sent_at",
+                 "session_id", "started", "stream", "tried")
 
     def __init__(self, session_id: str, provider: ProviderConfig, model: str,
                  stream: bool) -> None:
@@ -83,6 +84,13 @@ class ProxiedCall:
         self.lease: Leased | None = None
         self.recorded = False
         self.started = time.perf_counter()
+        #: When the request last went upstream (a success ends benches set before it).
+        self.sent_at: datetime | None = None
+        #: The keys tried and failed over from, and each failed attempt.
+        self.tried: list[str] = []
+        self.attempts: list[CallAttempt] = []
+        #: The class of the last upstream error (``domain.classifier``), "" if none.
+        self.error_class = ""
         note_call(self.call_id, session_id, provider.name, model)
 
     def outcome(self, outcome: str, **facts: Any) -> CallOutcome:
@@ -92,7 +100,7 @@ class ProxiedCall:
             provider=self.provider.name, api_mode=self.provider.api_mode,
             latency_ms=(time.perf_counter() - self.started) * 1000,
             credential=self.lease.fingerprint if self.lease else "", model=self.model,
-            **facts,
+            attempts=tuple(self.attempts), **{"error_class": self.error_class, **facts},
         )
 
 
@@ -177,12 +185,17 @@ def return_lease(rt: Runtime, call: ProxiedCall,
     leasing.add_done_callback(done)
 
 
-def release_key(rt: Runtime, call: ProxiedCall) -> None:
-    """Give the call's key back to the pool (at most once; the pool's count is memory)."""
-    lease = call.lease
+def release_key(rt: Runtime, call: ProxiedCall, served: bool = False) -> None:
+    """Give the call's key back to the pool (once per lease; the pool's count is memory).
+
+    ``served``: the upstream answered with that key (not a key failure), so a bench the
+    key got before the call was sent is over.
+    """
+    lease, call.lease = call.lease, None
     if lease is not None:
         try:
-            rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint))
+            rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint,
+                                               served=served, sent_at=call.sent_at))
         except Exception:
             logger.warning("call {}: could not release its key", call.call_id)
 
@@ -199,7 +212,7 @@ async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool
     if call.recorded:
         return True
     call.recorded = True
-    release_key(rt, call)
+    release_key(rt, call, served=served(outcome))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + COMPLETE_DEADLINE_S
     attempt = 0
@@ -231,9 +244,27 @@ async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool
             await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
 
 
+def served(outcome: CallOutcome) -> bool:
+    """Whether the upstream served the call: it answered, and not with a key's failure.
+
+    An overload or a server error is not the key's fault but is not a service either.
+    """
+    if outcome.outcome in ("ok", "client_disconnected", "truncated"):
+        return outcome.status != 0
+    return outcome.outcome == "upstream_error" and outcome.status < 500 \
+        and outcome.status not in (401, 402, 403, 429)
+
+
 def _settle(rt: Runtime, done: CallCompleted, outcome: CallOutcome) -> None:
-    """Tell the ledger what the recorded call cost (its reservation becomes that)."""
+    """Tell the ledger what the recorded call cost (its reservation becomes that).
+
+    A call that produced nothing (no answer, an error answer: usage ``missing``) cost
+    nothing: its reservation is released, not kept as an unknown worst case.
+    """
     try:
+        if done.source == "missing":
+            rt.ref("ledger").tell(ReleaseBudget(done.call_id))
+            return
         rt.ref("ledger").tell(Settle(done.call_id, outcome.session_id, outcome.provider,
                                      done.cost if done.cost_status != "unknown" else None))
     except Exception:

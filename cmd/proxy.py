@@ -28,11 +28,13 @@ import re
 import aiohttp
 from loguru import logger
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import AdmissionRefused
+from sessionwarden.actors.bridge import ask
+from sessionwarden.actors.messages import AdmissionRefused, KeyFailed, Lease
 from sessionwarden.cmd.calls import (
     ProxiedCall,
     admit,
     complete,
+    release_key,
     request_lease,
     return_lease,
     take_lease,
@@ -41,8 +43,10 @@ from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.watch import ClientGone, ClientWatch
 from sessionwarden.config import UnknownModel
-from sessionwarden.domain.calls import CallRequest
-from sessionwarden.domain.errors import NoCredential
+from sessionwarden.domain.calls import CallAttempt, CallRequest
+from sessionwarden.domain.classifier import classify
+from sessionwarden.domain.errors import KeysBenched, NoCredential
+from sessionwarden.domain.failover import fails_over, key_failure
 from sessionwarden.domain.ratelimits import rate_limit_headers
 from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
@@ -134,6 +138,10 @@ async def chat_completions(
         return
     try:
         await take_lease(call, leasing)
+    except KeysBenched as exc:
+        await complete(rt, call, call.outcome("no_credential", error=str(exc)))
+        await _benched(send, exc)
+        return
     except (NoCredential, ActorUnavailable) as exc:
         await complete(rt, call, call.outcome("no_credential", error=str(exc)))
         await send_error(send, 503, str(exc), kind="server_error", code="no_credential")
@@ -141,9 +149,8 @@ async def chat_completions(
     assert call.lease is not None
     sent = verdict.request.body
     upstream_body = adapter.upstream_body(sent.fields_bytes, sent.items)
-    out_headers = forwarded_headers(headers, adapter.auth_headers(call.lease.secret))
     try:
-        await _forward(rt, call, adapter, upstream_body, out_headers, injected, receive, send)
+        await _forward(rt, call, adapter, upstream_body, headers, injected, receive, send)
     except asyncio.CancelledError:
         # Cancelled before the relay could record (shutdown past its grace period).
         await asyncio.shield(complete(rt, call, call.outcome(
@@ -151,44 +158,124 @@ async def chat_completions(
         raise
 
 
+async def _benched(send: ASGISend, exc: KeysBenched) -> None:
+    """Every key benched, or the breaker open: 429 with a truthful Retry-After (503 if none)."""
+    if exc.retry_after is None:
+        await send_error(send, 503, str(exc), kind="server_error", code="no_usable_key")
+        return
+    await send_error(send, 429, str(exc), kind="rate_limit_error", code="keys_benched",
+                     headers=[(b"retry-after", str(exc.retry_after).encode())])
+
+
 async def _forward(
     rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, body: bytes,
-    out_headers: dict[str, str], injected: bool, receive: ASGIReceive, send: ASGISend,
+    headers: dict[str, str], injected: bool, receive: ASGIReceive, send: ASGISend,
 ) -> None:
     client = ClientWatch(receive)
     try:
-        try:
-            response = await client.race(
-                rt.upstream.post(call.provider, adapter.path, body, out_headers))
-        except ClientGone:
-            await complete(rt, call, call.outcome(
-                "client_disconnected", error="the client left before the upstream answered"))
-            return
-        except TimeoutError:
-            await _fail(rt, call, send, "timeout", 504, "the upstream provider timed out")
-            return
-        except aiohttp.ClientError as exc:
-            reason = f"the upstream provider is unreachable ({type(exc).__name__})"
-            await _fail(rt, call, send, "unreachable", 502, reason)
-            return
-        try:
-            is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
-            if call.stream and response.status == 200 and is_sse:
-                await _relay_stream(rt, call, adapter.stream(injected), response, client, send)
-            else:
-                await _relay_plain(rt, call, adapter, response, client, send)
-        finally:
-            response.release()
+        while True:
+            relayed = await _attempt(rt, call, adapter, body, headers, injected, client, send)
+            if relayed:
+                return
     finally:
         client.close()
 
 
+async def _attempt(
+    rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, body: bytes,
+    headers: dict[str, str], injected: bool, client: ClientWatch, send: ASGISend,
+) -> bool:
+    """Send the request with the call's key; False when it failed over to another key."""
+    assert call.lease is not None
+    out_headers = forwarded_headers(headers, adapter.auth_headers(call.lease.secret))
+    call.sent_at = rt.clock.now()
+    try:
+        response = await client.race(
+            rt.upstream.post(call.provider, adapter.path, body, out_headers))
+    except ClientGone:
+        await complete(rt, call, call.outcome(
+            "client_disconnected", error="the client left before the upstream answered"))
+        return True
+    except TimeoutError:
+        await _fail(rt, call, send, "timeout", 504, "the upstream provider timed out")
+        return True
+    except aiohttp.ClientError as exc:
+        reason = f"the upstream provider is unreachable ({type(exc).__name__})"
+        await _fail(rt, call, send, "unreachable", 502, reason)
+        return True
+    try:
+        is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
+        if call.stream and response.status == 200 and is_sse:
+            await _relay_stream(rt, call, adapter.stream(injected), response, client, send)
+            return True
+        early: bytes | None = None
+        if response.status >= 400 and call.lease is not None and call.lease.fingerprint:
+            # An error answer is read whole before anything reaches the client, so a
+            # key's failure can still go to another key (a stream's too: its status
+            # comes before its first byte).
+            try:
+                early = await client.race(response.read())
+            except ClientGone:
+                response.close()
+                await complete(rt, call, call.outcome(
+                    "client_disconnected", status=response.status,
+                    error="the client left before the answer was read"))
+                return True
+            except (aiohttp.ClientError, TimeoutError):
+                early = None
+            else:
+                if await _failed_over(rt, call, response, early):
+                    return False
+        await _relay_plain(rt, call, adapter, response, client, send, early)
+        return True
+    finally:
+        response.release()
+
+
+async def _failed_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
+                       body: bytes) -> bool:
+    """Judge an error answer; on a key's own failure, take the next key (True).
+
+    The key is benched first (the pool replies once that is durable), so the next lease
+    avoids it; each key is tried at most once per call, and a rotation is not a retry.
+    """
+    assert call.lease is not None
+    now = rt.clock.now()
+    found = classify(response.status, {k.lower(): v for k, v in response.headers.items()},
+                     body, now,
+                     provider=call.provider.name, api_mode=call.provider.api_mode,
+                     shared_limits=call.provider.shared_limits)
+    call.error_class = found.error_class
+    failure = key_failure(found, response.status, now, call.provider.shared_limits)
+    lease = call.lease
+    try:
+        await ask(rt.ref("credentials"), KeyFailed(lease.provider, lease.fingerprint, failure))
+    except (ActorUnavailable, StoreError) as exc:
+        logger.warning("call {}: key failure not recorded: {}", call.call_id, exc)
+        return False
+    if not fails_over(found):
+        return False
+    call.tried.append(lease.fingerprint)
+    try:
+        following = await ask(rt.ref("credentials"),
+                              Lease(lease.provider, call.call_id, tuple(call.tried)))
+    except (NoCredential, ActorUnavailable):
+        return False  # no other key: the client gets this answer
+    release_key(rt, call)
+    call.attempts.append(CallAttempt(credential=lease.fingerprint, status=response.status,
+                                     error_class=found.error_class))
+    call.lease = following
+    logger.info("call {}: {} from key {}: failing over to key {}", call.call_id,
+                response.status, lease.fingerprint, following.fingerprint)
+    return True
+
+
 async def _relay_plain(
     rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, response: UpstreamResponse,
-    client: ClientWatch, send: ASGISend,
+    client: ClientWatch, send: ASGISend, early: bytes | None = None,
 ) -> None:
     try:
-        body = await client.race(response.read())
+        body = early if early is not None else await client.race(response.read())
     except ClientGone:
         response.close()  # unread: the connection cannot go back to the pool
         await complete(rt, call, call.outcome(
@@ -319,6 +406,8 @@ async def _start(
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
     headers.append((b"x-sessionwarden-call-id", call.call_id.encode()))
+    if status >= 400 and call.error_class:
+        headers.append((b"x-sessionwarden-error-class", call.error_class.encode()))
     # The credit notices up for the call's key as the headers leave: a plain answer's
     # completion is recorded first, so they include what its own headers raised; a
     # stream's headers leave before its end, so they carry what earlier answers raised.

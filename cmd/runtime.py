@@ -122,7 +122,7 @@ class Runtime:
             ActorSpec("checkpoint", lambda f: CheckpointActor.start(
                 log, every=checkpoint_every, max_wal_bytes=max_wal_bytes, on_failure=f)),
             ActorSpec("credentials", lambda f: CredentialPoolActor.start(
-                log, config.usable_providers, environ, on_failure=f)),
+                log, config.usable_providers, environ, clock=clock_, on_failure=f)),
             ActorSpec("ledger", lambda f: UsageLedgerActor.start(
                 log, config, self.session_ref, prices=prices, clock=clock_, on_failure=f)),
             ActorSpec("compressor", lambda f: CompressorActor.start(f)),

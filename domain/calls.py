@@ -20,9 +20,10 @@ from sessionwarden.domain.pricing import Cost, cost
 from sessionwarden.domain.ratelimits import RateLimitSnapshot, parse_rate_limits
 from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.usage import CanonicalUsage, normalise_usage, tokens_from_chars
-from sessionwarden.events import CallCompleted, RequestRecord
+from sessionwarden.events import CallAttempt, CallCompleted, RequestRecord
 
-__all__ = ["MAX_RAW_USAGE_CHARS", "CallOutcome", "CallRequest", "RequestShape", "complete_call"]
+__all__ = ["MAX_RAW_USAGE_CHARS", "CallAttempt", "CallOutcome", "CallRequest", "RequestShape",
+           "complete_call"]
 
 #: A flagged or rejected usage block is kept, redacted, up to this many characters.
 MAX_RAW_USAGE_CHARS = 2000
@@ -112,6 +113,8 @@ class CallOutcome(msgspec.Struct, frozen=True):
         error: a short, redacted description of a failure.
         model: the model id sent upstream ("" when unknown): the credits tracker asks
             whether it is free.
+        attempts: the attempts that failed over to another key before this outcome.
+        error_class: the class of the upstream error relayed (``domain.classifier``).
     """
 
     call_id: str
@@ -128,6 +131,8 @@ class CallOutcome(msgspec.Struct, frozen=True):
     rate_limit_headers: tuple[tuple[str, str], ...] = ()
     error: str = ""
     model: str = ""
+    attempts: tuple[CallAttempt, ...] = ()
+    error_class: str = ""
 
 
 def _usage(
@@ -196,7 +201,7 @@ def complete_call(
         reasoning_tokens=usage.reasoning_tokens, source=usage.source, flags=tuple(flags),
         raw_usage=raw,
         retry_after_seconds=limits.retry_after_seconds if limits is not None else None,
-        error=outcome.error,
+        error=outcome.error, attempts=outcome.attempts, error_class=outcome.error_class,
         cost=None if priced is None or priced.amount is None else str(priced.amount),
         cost_status=priced.status if priced is not None else "unknown",
         cost_source=priced.source if priced is not None else "",

@@ -7,6 +7,8 @@ The tree::
         ├── UsageRejected     a provider usage block that cannot be trusted (the caller
         │                     records the rejection and estimates the usage instead)
         ├── NoCredential      a provider has no usable key in its pool
+        │   └── KeysBenched   every key is benched (or the breaker is open): fail fast,
+        │                     with when to retry
         ├── UnknownCall       a completion or resumption names a call that is not open
         ├── BrokenChain       a recorded request refers to a call whose record is missing
         └── ListingRejected   a provider's price listing that cannot be used as a whole
@@ -18,6 +20,7 @@ from sessionwarden.errors import SessionwardenError
 __all__ = [
     "BrokenChain",
     "DomainError",
+    "KeysBenched",
     "ListingRejected",
     "NoCredential",
     "UnknownCall",
@@ -49,6 +52,32 @@ class UsageRejected(DomainError):
 
 class NoCredential(DomainError):
     """A provider's pool has no key that can serve a call."""
+
+
+class KeysBenched(NoCredential):
+    """No key of a provider may be used now: every one is benched, or its breaker is open.
+
+    Attributes:
+        provider: the provider's name.
+        retry_after: whole seconds until a key returns (or the breaker lets a probe
+            through); None when no end is foreseeable (every key is dead).
+        reason: ``no_usable_key``, ``overload`` or ``probing``.
+    """
+
+    def __init__(self, provider: str, retry_after: int | None, reason: str) -> None:
+        """Say which provider, why, and when it is worth trying again."""
+        if retry_after is None:
+            when = "no key will return by itself (every key is revoked: replace or reset one)"
+        else:
+            when = f"retry in {retry_after} s"
+        why = {"overload": "it is overloaded (the breaker is open)",
+               "probing": "one call is probing it after a pause"}.get(
+                   reason, "every key is rate-limited or out of credit")
+        super().__init__(f"provider {provider!r} cannot take calls now: {why}; {when} "
+                         "(nothing was sent upstream)")
+        self.provider = provider
+        self.retry_after = retry_after
+        self.reason = reason
 
 
 class UnknownCall(DomainError):

@@ -13,7 +13,7 @@ leases.
 """
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sessionwarden.domain.errors import NoCredential
 from sessionwarden.redact import fingerprint
@@ -54,13 +54,32 @@ class Pool:
         self.cap = cap
         self.cursor = 0
 
-    def lease(self, rng: random.Random) -> KeyState:
-        """Choose a key, count the lease, and return it.
+    def fingerprints(self) -> list[str]:
+        """The fingerprint of each entry (two entries with one secret appear twice)."""
+        return [k.fingerprint for k in self.keys]
+
+    def lease(self, rng: random.Random, allowed: Collection[str] | None = None) -> KeyState:
+        """Choose a key among ``allowed`` fingerprints (None: any), count the lease, return it.
+
+        Benched keys are left out by the caller through ``allowed``; the round-robin cursor
+        runs over the whole pool, so a key that returns takes its turn again.
 
         Raises:
-            NoCredential: the pool has no key.
+            NoCredential: no key is allowed.
         """
-        key, self.cursor = pick(self.keys, self.strategy, self.cursor, self.cap, rng)
+        if allowed is None:
+            key, self.cursor = pick(self.keys, self.strategy, self.cursor, self.cap, rng)
+        elif self.strategy == "round_robin":
+            size = len(self.keys)
+            order = [self.keys[(self.cursor + i) % size] for i in range(size)]
+            candidates = [k for k in order if k.fingerprint in allowed]
+            if not candidates:
+                raise NoCredential("no usable key")
+            key = next((k for k in candidates if k.active < self.cap), candidates[0])
+            self.cursor = (self.keys.index(key) + 1) % size
+        else:
+            key, _ = pick([k for k in self.keys if k.fingerprint in allowed], self.strategy,
+                          0, self.cap, rng)
         key.active += 1
         key.leases += 1
         return key

@@ -9,6 +9,7 @@ pipeline refuses leaves one, :class:`CallRefused`.
 
 from typing import Any, ClassVar
 
+import msgspec
 from sessionwarden.events.base import Event
 from sessionwarden.events.codec import Upcaster
 from sessionwarden.events.context import RequestRecord
@@ -17,6 +18,7 @@ __all__ = [
     "OUTCOMES",
     "SESSION_UPCASTERS",
     "CallAdmitted",
+    "CallAttempt",
     "CallCompleted",
     "CallRefused",
     "SessionStarted",
@@ -52,6 +54,7 @@ SESSION_UPCASTERS = (
     Upcaster("session.call_admitted.v1", "session.call_admitted.v2", _drop_session_id),
     Upcaster("session.call_admitted.v2", "session.call_admitted.v3", dict),
     Upcaster("session.call_completed.v1", "session.call_completed.v2", dict),
+    Upcaster("session.call_completed.v2", "session.call_completed.v3", dict),
 )
 
 
@@ -109,6 +112,14 @@ OUTCOMES = (
 )
 
 
+class CallAttempt(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One attempt of a call that failed over to another key (a field, not an event)."""
+
+    credential: str
+    status: int = 0
+    error_class: str = ""
+
+
 class CallCompleted(Event, frozen=True):
     """How an admitted call ended: one per call, appended once (idempotency key).
 
@@ -123,10 +134,12 @@ class CallCompleted(Event, frozen=True):
     ``cost_status`` ``actual`` / ``estimated`` / ``included`` / ``unknown``;
     ``cost_source`` where the price came from (``override``, ``genai-prices@<version>``,
     ``provider-reported``, ``included``) and ``cost_version`` its version. Version 2
-    added the last two.
+    added the last two. Version 3 added ``attempts`` (each attempt that failed over to
+    another key before this outcome: the key's fingerprint, the status, the error's
+    class) and ``error_class`` (the class of the error relayed, if any).
     """
 
-    TAG: ClassVar[str] = "session.call_completed.v2"
+    TAG: ClassVar[str] = "session.call_completed.v3"
 
     call_id: str
     outcome: str = "ok"
@@ -147,3 +160,5 @@ class CallCompleted(Event, frozen=True):
     cost_status: str = "unknown"
     cost_source: str = ""
     cost_version: str = ""
+    attempts: tuple[CallAttempt, ...] = ()
+    error_class: str = ""

@@ -358,7 +358,7 @@ def test_events_cli_lists_the_calls(daemon: Daemon) -> None:
         client.chat.completions.create(model=MODEL, messages=MESSAGES)
     out = daemon.cli("events", "--json").stdout
     events = [json.loads(line) for line in out.splitlines()]
-    assert [e["type"] for e in events].count("session.call_completed.v2") == 1
+    assert [e["type"] for e in events].count("session.call_completed.v3") == 1
     daemon.replay_verify()
 
 

@@ -20,6 +20,7 @@ from sessionwarden.events import (
     WITHDRAWN_TAGS,
     BreakerChanged,
     CallAdmitted,
+    CallAttempt,
     CallCompleted,
     CallRefused,
     CompactionRequested,
@@ -96,6 +97,16 @@ EXPECTED: dict[str, Event] = {
         flags=("rejected:prompt_tokens",), raw_usage='{"prompt_tokens":-1}',
         retry_after_seconds=12.5, error="rate limited", cost="0.0123", cost_status="actual",
         cost_source="genai-prices@0.2.3", cost_version="0.2.3",
+    ),
+    "session.call_completed.v3": CallCompleted(
+        call_id="c3vd2xk7m4qa5bdh", outcome="upstream_error", status=429, latency_ms=64.25,
+        credential="fp:b7e1", input_tokens=1200, output_tokens=340, cache_read_tokens=800,
+        cache_write_tokens=64, reasoning_tokens=120, source="estimated",
+        flags=("rejected:prompt_tokens",), raw_usage='{"prompt_tokens":-1}',
+        retry_after_seconds=3600.0, error="rate limited", cost="0.0123", cost_status="actual",
+        cost_source="override", cost_version="config",
+        attempts=(CallAttempt(credential="fp:9f2c", status=429, error_class="rate_limit"),),
+        error_class="rate_limit",
     ),
     "context.tool_result_spilled.v1": ToolResultSpilled(
         call_id="c3vd2xk7m4qa5bdg", message=41, tool="terminal", reason="turn",
@@ -202,6 +213,14 @@ RETIRED_PAYLOADS: dict[str, bytes] = {
         b'okens":800,"cache_write_tokens":64,"reasoning_tokens":120,"source":"estimated","'
         b'flags":["rejected:prompt_tokens"],"raw_usage":"{\\"prompt_tokens\\":-1}","retry_af'
         b'ter_seconds":12.5,"error":"rate limited","cost":"0.0123","cost_status":"actual"}'
+    ),
+    "session.call_completed.v2": (
+        b'{"call_id":"c3vd2xk7m4qa5bde","outcome":"truncated","status":429,"latency_ms":81'
+        b'2.5,"credential":"fp:9f2c","input_tokens":1200,"output_tokens":340,"cache_read_t'
+        b'okens":800,"cache_write_tokens":64,"reasoning_tokens":120,"source":"estimated","'
+        b'flags":["rejected:prompt_tokens"],"raw_usage":"{\\"prompt_tokens\\":-1}","retry_af'
+        b'ter_seconds":12.5,"error":"rate limited","cost":"0.0123","cost_status":"actual",'
+        b'"cost_source":"genai-prices@0.2.3","cost_version":"0.2.3"}'
     ),
     "credential.added.v1": (
         b'{"type":"credential.added.v1","provider":"openai","ref":"env:OPENAI_API_KEY",'
@@ -362,7 +381,8 @@ def test_tags_of_names_every_stored_tag_that_decodes_to_a_class() -> None:
     assert CODEC.tags_of(CallAdmitted) == {
         "session.call_admitted.v1", "session.call_admitted.v2", "session.call_admitted.v3"}
     assert CODEC.tags_of(CallCompleted) == {
-        "session.call_completed.v1", "session.call_completed.v2"}
+        "session.call_completed.v1", "session.call_completed.v2",
+        "session.call_completed.v3"}
     for cls in ALL_EVENTS:
         for tag in CODEC.tags_of(cls):
             assert type(CODEC.decode(tag, golden(tag))) is cls

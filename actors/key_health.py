@@ -1,0 +1,114 @@
+"""The health of a provider's keys and its breaker, as the CredentialPoolActor holds them.
+
+A thin holder over the pure policy (``domain.key_states``, ``domain.breaker``): it keeps
+one provider's folded :class:`KeyStates` and :class:`Breaker`, asks the domain what a
+lease, a failure or a served call means at ``now``, folds the events the domain decided
+and hands them back for the actor to append. It does no I/O: the actor appends (the
+key's events and the breaker's share one append, so a restart never sees one without
+the other) and recovers both from the provider's streams (:meth:`ProviderHealth.recover`).
+
+Why the breaker lives with the keys rather than in the rate guard: its decision is a
+function of every key's state (no usable key opens it; a key back early closes it), and
+the lease is the moment to decide — one message per call instead of two.
+"""
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from sessionwarden.domain.breaker import (
+    Breaker,
+    claim_probe,
+    decide,
+    on_call_failed,
+    on_call_succeeded,
+    on_keys_changed,
+)
+from sessionwarden.domain.errors import KeysBenched
+from sessionwarden.domain.key_states import (
+    KeyFailure,
+    KeyStates,
+    on_failure,
+    on_reset,
+    on_success,
+    usable,
+)
+from sessionwarden.events import Event
+
+__all__ = ["ProviderHealth"]
+
+
+class ProviderHealth:
+    """One provider's key states and breaker; every change returns the events to append."""
+
+    __slots__ = ("breaker", "keys", "provider", "shared_limits")
+
+    def __init__(self, provider: str, shared_limits: bool = False) -> None:
+        """Every key ``ok`` and the breaker closed, until :meth:`recover` folds the log."""
+        self.provider = provider
+        self.shared_limits = shared_limits
+        self.keys = KeyStates(provider=provider)
+        self.breaker = Breaker(provider=provider)
+
+    def recover(self, events: Iterable[Event]) -> None:
+        """Fold the provider's recorded events (its credentials and rate-limit streams)."""
+        for event in events:
+            self.fold(event)
+
+    def fold(self, event: Event) -> None:
+        """Fold one event into the keys and the breaker (each ignores the other's)."""
+        self.keys = self.keys.fold(event)
+        self.breaker = self.breaker.fold(event)
+
+    def _fold_all(self, events: Iterable[Event]) -> list[Event]:
+        done = list(events)
+        for event in done:
+            self.fold(event)
+        return done
+
+    def allowed(self, pool: list[str], exclude: Iterable[str], now: datetime) -> frozenset[str]:
+        """The fingerprints a call may lease at ``now``, minus those it tried already.
+
+        Raises:
+            KeysBenched: the breaker refuses (no usable key, overload, a probe in flight),
+                or every usable key was tried by this call.
+        """
+        decision = decide(self.breaker, self.keys, pool, now)
+        if decision.action == "refuse":
+            raise KeysBenched(self.provider, decision.retry_after, decision.reason)
+        free = usable(self.keys, pool, now) - frozenset(exclude)
+        if not free:
+            raise KeysBenched(self.provider, decision.retry_after or 1, "no_usable_key")
+        if decision.action == "probe":
+            self.breaker = claim_probe(self.breaker, now)
+        return free
+
+    def failed(self, pool: list[str], fingerprint: str, failure: KeyFailure,
+               now: datetime) -> list[Event]:
+        """A call with ``fingerprint`` failed: the key's and the breaker's new events."""
+        if self.shared_limits and not failure.shared_limits:
+            failure = KeyFailure(kind=failure.kind, status=failure.status,
+                                 reset_at=failure.reset_at, shared_limits=True)
+        events: list[Event] = self._fold_all(
+            on_failure(self.keys, pool, fingerprint, failure, now))
+        self.breaker, opened = on_call_failed(self.breaker, failure.kind, now,
+                                              reset_at=failure.reset_at)
+        events += opened
+        events += self._fold_all(on_keys_changed(self.breaker, self.keys, pool, now))
+        return events
+
+    def served(self, pool: list[str], fingerprint: str, sent_at: datetime,
+               now: datetime) -> list[Event]:
+        """The upstream answered a call sent at ``sent_at``: benches set before it end."""
+        events: list[Event] = self._fold_all(on_success(
+            self.keys, pool, fingerprint, sent_at, now, shared_limits=self.shared_limits))
+        self.breaker, closed = on_call_succeeded(self.breaker, now)
+        events += closed
+        if events:
+            events += self._fold_all(on_keys_changed(self.breaker, self.keys, pool, now))
+        return events
+
+    def reset(self, pool: list[str], fingerprint: str, now: datetime) -> list[Event]:
+        """The operator lifts a key's bench (``keys reset``)."""
+        events: list[Event] = self._fold_all(on_reset(self.keys, fingerprint, now))
+        events += self._fold_all(on_keys_changed(self.breaker, self.keys, pool, now))
+        return events
