@@ -27,7 +27,8 @@ it into a short message instead of a traceback. The whole tree::
     │   ├── UsageRejected
     │   ├── NoCredential
     │   ├── UnknownCall
-    │   └── BrokenChain
+    │   ├── BrokenChain
+    │   └── BadPatterns
     ├── sessionwarden.actors.errors.ActorError       the actor shells
     │   ├── ActorUnavailable
     │   └── ActorCrash

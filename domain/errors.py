@@ -8,12 +8,20 @@ The tree::
         │                     records the rejection and estimates the usage instead)
         ├── NoCredential      a provider has no usable key in its pool
         ├── UnknownCall       a completion or resumption names a call that is not open
-        └── BrokenChain       a recorded request refers to a call whose record is missing
+        ├── BrokenChain       a recorded request refers to a call whose record is missing
+        └── BadPatterns       configured error-classifier phrases that cannot be used
 """
 
 from sessionwarden.errors import SessionwardenError
 
-__all__ = ["BrokenChain", "DomainError", "NoCredential", "UnknownCall", "UsageRejected"]
+__all__ = [
+    "BadPatterns",
+    "BrokenChain",
+    "DomainError",
+    "NoCredential",
+    "UnknownCall",
+    "UsageRejected",
+]
 
 
 class DomainError(SessionwardenError):
@@ -54,3 +62,7 @@ class UnknownCall(DomainError):
 
 class BrokenChain(DomainError):
     """A recorded request refers to a call whose own record is missing or too short."""
+
+
+class BadPatterns(DomainError):
+    """Error-classifier phrases that cannot be used: an unknown list, an empty or huge phrase."""
