@@ -59,7 +59,8 @@ class Facts:
         if phrase := self.has("content_policy"):
             return Classification(error_class="content_policy", recovery="relay",
                                   reason=f"{self.where()}: content policy '{phrase}'")
-        if self.status in (0, 400) and (phrase := self.has("thinking_signature")):
+        if (self.status in (0, 400) and "thinking" in self.body.text
+                and (phrase := self.has("thinking_signature"))):
             return Classification(error_class="format_error", recovery="relay",
                                   reason=f"{self.where()}: thinking signature '{phrase}'")
         if self.status in (0, 429) and (phrase := self.has("long_context_tier")):
@@ -141,7 +142,16 @@ def _exhausted(facts: Facts) -> tuple[RateLimitBucket, float, str] | None:
 
 
 def _reset(facts: Facts, bucket_names: tuple[str, ...]) -> tuple[float | None, str]:
-    """§5's priority: named buckets' resets (> 0), ``Retry-After``, then the body's reset."""
+    """The reset of the exhausted buckets, else §5's priority order.
+
+    §5's order: the named buckets' resets (> 0), ``Retry-After``, the body's reset. An
+    exhausted bucket goes first because it is the one that must refill: §5's order alone
+    would take a 0.1 s request reset while the token bucket is out for 20 s.
+    """
+    out = [b for b in facts.snapshot.buckets if b.exhausted and b.reset_seconds]
+    if out:
+        longest = max(out, key=lambda b: b.reset_seconds or 0.0)
+        return longest.reset_seconds, f"header {longest.name} reset"
     for name in bucket_names:
         bucket = facts.snapshot.bucket(name)
         if bucket is not None and bucket.reset_seconds:
@@ -153,8 +163,12 @@ def _reset(facts: Facts, bucket_names: tuple[str, ...]) -> tuple[float | None, s
     return None, ""
 
 
-def rate_limit(facts: Facts, rule: str) -> Classification:
-    """A rate limit: genuine (exhausted for long: bench) or transient (cool briefly)."""
+def rate_limit(facts: Facts, rule: str, long_reset: bool = False) -> Classification:
+    """A rate limit: genuine (exhausted for long: bench) or transient (cool briefly).
+
+    ``long_reset``: the caller knows the limit is an account cap whose stated reset is
+    at least :data:`GENUINE_MIN_RESET` away (a usage limit), which makes it genuine too.
+    """
     where = facts.where()
     reset: float | None
     if phrase := facts.has("upstream_limit"):
@@ -164,7 +178,7 @@ def rate_limit(facts: Facts, rule: str) -> Classification:
                               reason=f"{where}: upstream rate limit '{phrase}'")
     out = _exhausted(facts)
     daily = facts.has("genuine_limit")
-    if out is not None or daily:
+    if out is not None or daily or long_reset:
         if out is not None:
             bucket, reset_at, origin = out
             reset = reset_at
@@ -172,7 +186,11 @@ def rate_limit(facts: Facts, rule: str) -> Classification:
             why = f"bucket {bucket.name} exhausted for {reset_at:.0f}s ({origin})"
         else:
             reset, source = _reset(facts, ("requests_1h", "requests"))
-            why = f"long quota '{daily}'"
+            why = f"long quota '{daily}'" if daily else "usage limit with a long reset"
+            if reset is not None and reset < GENUINE_MIN_RESET:
+                # a daily quota does not lift in seconds (Gemini states its per-minute
+                # retryDelay even then): leave the reset to the pool's TTL
+                reset, source = None, ""
         recovery, key_specific = _pool_or_key(facts)
         return Classification(error_class="rate_limit", recovery=recovery,
                               key_specific=key_specific, key_state="exhausted",
@@ -201,7 +219,9 @@ def _transient_signal(facts: Facts) -> str:
 def _usage_limit(facts: Facts, phrase: str) -> Classification:
     """§7: a usage cap is a rate limit when it says it will lift soon, else billing."""
     if signal := _transient_signal(facts):
-        return rate_limit(facts, f"usage limit '{phrase}' with {signal}")
+        reset, _ = _reset(facts, ("requests_1h", "requests"))
+        long_reset = reset is not None and reset >= GENUINE_MIN_RESET
+        return rate_limit(facts, f"usage limit '{phrase}' with {signal}", long_reset)
     return billing(facts, f"usage limit '{phrase}' without a reset")
 
 
@@ -266,6 +286,9 @@ def by_status(facts: Facts) -> Classification:
             return _simple(facts, "model_not_found", "provider policy", phrase)
         if found := facts.code("model_not_found_codes") or facts.has("model_not_found"):
             return _simple(facts, "model_not_found", "model", found)
+        if "model" in facts.body.text and "not found" in facts.body.text:
+            # Ollama: "model 'mistral' not found" puts the name inside the phrase
+            return _simple(facts, "model_not_found", "model … not found")
         return _simple(facts, "unknown", "not found")
     if status in (408, 504, 524):
         return _simple(facts, "timeout", "gateway or request timeout")

@@ -27,6 +27,7 @@ import math
 import re
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from itertools import islice
 from typing import Any
 
 import msgspec
@@ -50,6 +51,8 @@ _SKIP_KEYS = frozenset({"param", "request_id", "@type", "url", "user_id", "id", 
 _ABSOLUTE_KEYS = frozenset({"reset_at", "resets_at", "retry_until", "resetat", "reset_time"})
 _RELATIVE_KEYS = frozenset({"resets_in_seconds", "retry_after", "retry_after_seconds",
                             "retrydelay", "quotaresetdelay", "reset_seconds", "retry_in"})
+_RESET_KEYS = _ABSOLUTE_KEYS | _RELATIVE_KEYS
+_FIELD_KEYS = _RESET_KEYS | _CODE_KEYS
 _EPOCH_MS = 1e12
 
 _UNIT = (r"(?:milliseconds?|ms|minutes?|mins?|m|hours?|hrs?|h|seconds?|secs?|s)(?![a-z])")
@@ -93,7 +96,7 @@ def _absolute(value: object, now: datetime) -> float | None:
     """An epoch (s or ms), ISO 8601 or HTTP-date moment as seconds from ``now``."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         epoch = float(value) / 1000.0 if value > _EPOCH_MS else float(value)
         return _believable(epoch - now.timestamp()) if epoch > 0 else None
     if not isinstance(value, str) or len(value) > 64:
@@ -120,7 +123,7 @@ def _relative(value: object) -> float | None:
     """Seconds as a number or a duration string (``"22s"``, ``"1m30s"``, ``"500ms"``)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         return _believable(float(value))
     if isinstance(value, str) and len(value) <= 64:
         seconds = parse_duration(value.strip().lower())
@@ -179,9 +182,8 @@ class _Walk:
         self.reset: float | None = None
         self.reset_source = ""
 
-    def field(self, key: str, value: object) -> None:
-        low = key.lower()
-        if self.reset is None and low in _ABSOLUTE_KEYS | _RELATIVE_KEYS:
+    def field(self, low: str, value: object) -> None:
+        if self.reset is None and low in _RESET_KEYS:
             seconds = _absolute(value, self.now) if low in _ABSOLUTE_KEYS else _relative(value)
             if seconds is not None:
                 self.reset, self.reset_source = seconds, f"body field {low}"
@@ -207,13 +209,17 @@ class _Walk:
                 continue
             elif isinstance(node, dict):
                 children = []
-                for key, value in list(node.items())[:MAX_NODES]:
-                    if not isinstance(key, str) or key.lower() in _SKIP_KEYS:
+                for key, value in islice(node.items(), MAX_NODES):
+                    if not isinstance(key, str):
                         continue
-                    self.field(key, value)
+                    low = key.lower()
+                    if low in _SKIP_KEYS:
+                        continue
+                    if low in _FIELD_KEYS:
+                        self.field(low, value)
                     children.append((value, depth + 1))
                 stack.extend(reversed(children))
-            elif isinstance(node, list | tuple):
+            elif isinstance(node, (list, tuple)):
                 stack.extend((item, depth + 1) for item in reversed(node[:MAX_NODES]))
 
 
@@ -226,9 +232,9 @@ def read_error_body(body: object, now: datetime) -> ErrorBody:
         now = now.replace(tzinfo=UTC)
     decoded: Any = body
     raw = ""
-    if isinstance(body, bytes | bytearray | memoryview):
+    if isinstance(body, (bytes, bytearray, memoryview)):
         body = bytes(body[:MAX_BODY_BYTES])
-    if isinstance(body, bytes | str):
+    if isinstance(body, (bytes, str)):
         decoded = _decode(body)
         if decoded is None:
             text = body if isinstance(body, str) else body.decode("utf-8", "replace")

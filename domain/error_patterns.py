@@ -58,7 +58,8 @@ class Patterns(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         content_policy: the provider refused the content (§7 step 1).
-        thinking_signature: a replayed reasoning block was rejected (§7 step 2).
+        thinking_signature: a replayed reasoning block was rejected (§7 step 2; the rule
+            also requires the word "thinking").
         long_context_tier: a 429 asking for a paid long-context tier (§7 step 3).
         grammar: a local server could not build a grammar from a tool schema (§7 step 5).
         billing: out of money, quota or plan (§7 billing list).
@@ -172,8 +173,8 @@ DEFAULT_PATTERNS = Patterns(
         "content management policy", "invalid prompt: your prompt was flagged",
         "input was flagged", "requires moderation",
     ),
-    thinking_signature=("invalid signature in thinking block", "thinking blocks cannot be modified",
-                        "must remain as they were in the original response"),
+    # §7 step 2: with "thinking" somewhere in the text
+    thinking_signature=("signature", "cannot be modified", "must remain as they were"),
     long_context_tier=("extra usage is required for long context", "long context requests"),
     grammar=("error parsing grammar", "json schema to grammar", "unable to generate parser"),
     billing=(
