@@ -7,8 +7,7 @@ phrases), plus the two verdicts several steps share: :func:`rate_limit` (transie
 genuine, hermes-behaviour.md §5) and :func:`billing`.
 """
 
-from dataclasses import dataclass
-
+import msgspec
 from sessionwarden.domain.classification import (
     GENUINE_MIN_RESET,
     Classification,
@@ -22,8 +21,7 @@ from sessionwarden.domain.ratelimits import RateLimitBucket, RateLimitSnapshot
 __all__ = ["Facts", "billing", "by_code", "by_message", "by_status", "rate_limit"]
 
 
-@dataclass(frozen=True, slots=True)
-class Facts:
+class Facts(msgspec.Struct, frozen=True, kw_only=True):
     """What one failure says: status, patterns, body, headers' buckets, known state."""
 
     status: int
