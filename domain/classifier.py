@@ -19,7 +19,9 @@ is an argument. It never raises, and it examines a bounded part of the body
    context overflow**, because ``max_tokens`` is also a context phrase (OpenAI's
    "Unsupported parameter: 'max_tokens' …" is a format error, not an overflow);
 8. by error code, then 9. by message phrases, when there is no error status (a streamed
-   error event); then timeout and disconnect phrases; otherwise ``unknown``.
+   error event), in §7's order: payload, usage limit (skipped when an explicit rate-limit
+   phrase is there, §7 drift), overload, billing, rate limit, request validation, context,
+   auth, provider policy, model; then timeout and disconnect phrases; else ``unknown``.
 
 **Rate limits: transient or genuine** (hermes-behaviour.md §5). A 429 is *genuine* only if
 a bucket has ``remaining ≤ 0`` and a reset ≥ :data:`GENUINE_MIN_RESET` s, read from the

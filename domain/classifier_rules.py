@@ -253,10 +253,10 @@ def _by_400(facts: Facts) -> Classification:
         return _simple(facts, "model_not_found", "model", found)
     if facts.has("invalid_key") or facts.has("revoked_key") or facts.code("invalid_key"):
         return _auth(facts, "bad key in a 400")
-    if found := facts.code("billing_codes") or facts.has("billing"):
-        return billing(facts, f"'{found}'")
     if phrase := facts.has("rate_limit"):
         return rate_limit(facts, f"'{phrase}'")
+    if found := facts.code("billing_codes") or facts.has("billing"):
+        return billing(facts, f"'{found}'")
     return _simple(facts, "format_error", "bad request")
 
 
@@ -330,27 +330,28 @@ def by_message(facts: Facts) -> Classification | None:
     """§7 step 9 and the timeout/disconnect phrases, without an error status."""
     if phrase := facts.has("payload_too_large"):
         return _simple(facts, "payload_too_large", "message", phrase)
+    # §7 drift: an explicit "Rate limit exceeded" is not a usage cap ("limit exceeded")
+    if (phrase := facts.has("usage_limit")) and not facts.has("rate_limit"):
+        return _usage_limit(facts, phrase)
     if phrase := facts.has("overloaded"):
         return _simple(facts, "overloaded", "message", phrase)
     if phrase := facts.has("billing"):
         return billing(facts, f"'{phrase}'")
     if phrase := facts.has("rate_limit"):
         return rate_limit(facts, f"'{phrase}'")
-    if phrase := facts.has("usage_limit"):
-        return _usage_limit(facts, phrase)
     if phrase := facts.has("request_validation"):
         return _simple(facts, "format_error", "request validation", phrase)
     if phrase := facts.has("context_overflow"):
         return _simple(facts, "context_overflow", "message", phrase)
     if facts.has("invalid_key") or facts.has("revoked_key"):
         return _auth(facts, "bad key")
+    if phrase := facts.has("auth"):
+        return Classification(error_class="auth", recovery="rotate", key_specific=True,
+                              auth="forbidden", reason=f"no status: auth '{phrase}'")
     if phrase := facts.has("provider_policy"):
         return _simple(facts, "model_not_found", "provider policy", phrase)
     if phrase := facts.has("model_not_found"):
         return _simple(facts, "model_not_found", "message", phrase)
     if phrase := facts.has("timeout") or facts.has("disconnect"):
         return _simple(facts, "timeout", "message", phrase)
-    if phrase := facts.has("auth"):
-        return Classification(error_class="auth", recovery="rotate", key_specific=True,
-                              auth="forbidden", reason=f"no status: auth '{phrase}'")
     return None

@@ -127,6 +127,18 @@ def test_message_only_errors_of_a_stream() -> None:
         assert classify(200, {}, event(payload), now=NOW).error_class == expected, expected
 
 
+def test_message_only_quota_wording_follows_the_usage_limit_rule() -> None:
+    gemini = {"error": {"message": "You exceeded your current quota, please check your plan "
+                        "and billing details. Please retry in 10.5s."}}
+    openai = {"error": {"message": "You exceeded your current quota, please check your plan "
+                        "and billing details."}}
+    explicit = {"error": {"message": "Rate limit exceeded"}}
+    assert classify(0, {}, gemini, now=NOW).limit == "transient"
+    assert classify(0, {}, gemini, now=NOW).reset_seconds == 10.5
+    assert classify(0, {}, openai, now=NOW).error_class == "billing"
+    assert classify(0, {}, explicit, now=NOW).error_class == "rate_limit"
+
+
 # ------------------------------------------------------------------ transient vs genuine
 
 
