@@ -7,6 +7,8 @@ rate-limit buckets. Output: one frozen :class:`Classification`. No I/O, no clock
 is an argument. It never raises, and it examines a bounded part of the body
 (:mod:`sessionwarden.domain.error_body`) with substring search only
 (:mod:`sessionwarden.domain.error_patterns`), so it is linear-time on hostile input.
+The steps are in :mod:`sessionwarden.domain.classifier_rules` and
+:mod:`sessionwarden.domain.classifier_limits`.
 
 **The pipeline** (hermes-behaviour.md §7; the first rule that matches wins):
 
@@ -68,7 +70,8 @@ from sessionwarden.domain.classification import (
     Recovery,
     Transport,
 )
-from sessionwarden.domain.classifier_rules import Facts, by_code, by_message, by_status
+from sessionwarden.domain.classifier_limits import Facts
+from sessionwarden.domain.classifier_rules import by_code, by_message, by_status, early
 from sessionwarden.domain.error_body import read_error_body
 from sessionwarden.domain.error_patterns import DEFAULT_BOOK, PatternBook
 from sessionwarden.domain.ratelimits import RateLimitSnapshot, parse_rate_limits
@@ -152,7 +155,7 @@ def classify(
         last_known_age=max(0.0, last_known_age),
         shared_limits=shared_limits,
     )
-    found = facts.early() or (by_status(facts) if code else by_code(facts) or by_message(facts))
+    found = early(facts) or (by_status(facts) if code else by_code(facts) or by_message(facts))
     if found is not None:
         return found
     if transport is not None:
