@@ -29,7 +29,8 @@ it into a short message instead of a traceback. The whole tree::
     │   │   └── KeysBenched
     │   ├── UnknownCall
     │   ├── BrokenChain
-    │   └── ListingRejected
+    │   ├── ListingRejected
+    │   └── BadPatterns
     ├── sessionwarden.actors.errors.ActorError       the actor shells
     │   ├── ActorUnavailable
     │   └── ActorCrash

@@ -70,8 +70,8 @@ class ProxiedCall:
     A new call notes itself in the access line of the request it serves.
     """
 
-    __slots__ = ("attempts", "call_id", "error_class", "lease", "model", "provider", "recorded", "sent_at",
-                 "session_id", "started", "stream", "tried")
+    __slots__ = ("attempts", "call_id", "error_class", "lease", "model", "provider",
+                 "recorded", "sent_at", "session_id", "started", "stream", "tried")
 
     def __init__(self, session_id: str, provider: ProviderConfig, model: str,
                  stream: bool) -> None:

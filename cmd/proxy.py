@@ -27,8 +27,8 @@ import re
 
 import aiohttp
 from loguru import logger
-from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.bridge import ask
+from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.messages import AdmissionRefused, KeyFailed, Lease
 from sessionwarden.cmd.calls import (
     ProxiedCall,
@@ -242,7 +242,7 @@ async def _failed_over(rt: Runtime, call: ProxiedCall, response: UpstreamRespons
     assert call.lease is not None
     now = rt.clock.now()
     found = classify(response.status, {k.lower(): v for k, v in response.headers.items()},
-                     body, now,
+                     body, now=now,
                      provider=call.provider.name, api_mode=call.provider.api_mode,
                      shared_limits=call.provider.shared_limits)
     call.error_class = found.error_class

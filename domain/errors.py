@@ -11,13 +11,15 @@ The tree::
         │                     with when to retry
         ├── UnknownCall       a completion or resumption names a call that is not open
         ├── BrokenChain       a recorded request refers to a call whose record is missing
-        └── ListingRejected   a provider's price listing that cannot be used as a whole
-                              (the caller keeps the prices it had)
+        ├── ListingRejected   a provider's price listing that cannot be used as a whole
+        │                     (the caller keeps the prices it had)
+        └── BadPatterns       configured error-classifier phrases that cannot be used
 """
 
 from sessionwarden.errors import SessionwardenError
 
 __all__ = [
+    "BadPatterns",
     "BrokenChain",
     "DomainError",
     "KeysBenched",
@@ -99,3 +101,7 @@ class ListingRejected(DomainError):
 
     The message is one short line and never quotes the listing (its server controls it).
     """
+
+
+class BadPatterns(DomainError):
+    """Error-classifier phrases that cannot be used: an unknown list, an empty or huge phrase."""
