@@ -140,11 +140,12 @@ async def chat_completions(
         await take_lease(call, leasing)
     except KeysBenched as exc:
         await complete(rt, call, call.outcome("no_credential", error=str(exc)))
-        await _benched(send, exc)
+        await _benched(send, exc, call)
         return
     except (NoCredential, ActorUnavailable) as exc:
         await complete(rt, call, call.outcome("no_credential", error=str(exc)))
-        await send_error(send, 503, str(exc), kind="server_error", code="no_credential")
+        await send_error(send, 503, str(exc), kind="server_error", code="no_credential",
+                         headers=[_call_header(call)])
         return
     assert call.lease is not None
     sent = verdict.request.body
@@ -158,13 +159,22 @@ async def chat_completions(
         raise
 
 
-async def _benched(send: ASGISend, exc: KeysBenched) -> None:
-    """Every key benched, or the breaker open: 429 with a truthful Retry-After (503 if none)."""
+def _call_header(call: ProxiedCall) -> tuple[bytes, bytes]:
+    return (b"x-sessionwarden-call-id", call.call_id.encode())
+
+
+async def _benched(send: ASGISend, exc: KeysBenched, call: ProxiedCall) -> None:
+    """Every key benched, or the breaker open: 429 with a truthful Retry-After (503 if none).
+
+    Nothing was sent upstream; the call is recorded (``no_credential``) like any other.
+    """
     if exc.retry_after is None:
-        await send_error(send, 503, str(exc), kind="server_error", code="no_usable_key")
+        await send_error(send, 503, str(exc), kind="server_error", code="no_usable_key",
+                         headers=[_call_header(call)])
         return
     await send_error(send, 429, str(exc), kind="rate_limit_error", code="keys_benched",
-                     headers=[(b"retry-after", str(exc.retry_after).encode())])
+                     headers=[(b"retry-after", str(exc.retry_after).encode()),
+                              _call_header(call)])
 
 
 async def _forward(

@@ -186,7 +186,7 @@ def test_unknown_fields_and_headers_pass_through(daemon: Daemon, fake: FakeProvi
 @pytest.mark.parametrize(("status", "error"), [(429, openai.RateLimitError),
                                                 (500, openai.InternalServerError)])
 def test_upstream_errors_keep_their_status(
-    daemon: Daemon, status: int, error: type[openai.APIStatusError]
+    daemon: Daemon, fake: FakeProviderServer, status: int, error: type[openai.APIStatusError]
 ) -> None:
     with daemon.openai() as client, pytest.raises(error) as info:
         client.chat.completions.create(model=MODEL, messages=MESSAGES,
@@ -195,11 +195,19 @@ def test_upstream_errors_keep_their_status(
     assert f"fake provider error {status}" in info.value.message
     call_id = info.value.response.headers["x-sessionwarden-call-id"]
     assert daemon.ledger()[call_id]["status"] == status
-    if status == 429:
-        assert info.value.response.headers.get("retry-after") == "1"
-    # Still serving.
-    with daemon.openai() as client:
-        assert client.chat.completions.create(model=MODEL, messages=MESSAGES).choices
+    if status == 500:  # still serving
+        with daemon.openai() as client:
+            assert client.chat.completions.create(model=MODEL, messages=MESSAGES).choices
+        return
+    # The 429 went to both keys (a failover), was relayed as it came, and cooled both
+    # keys until the reset the upstream gave (20 s): the next call fails fast, unsent.
+    assert info.value.response.headers.get("retry-after") == "1"
+    sent = len(fake.state.snapshot())
+    with daemon.openai() as client, pytest.raises(openai.RateLimitError) as fast:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES)
+    assert fast.value.body["code"] == "keys_benched"  # type: ignore[index]
+    assert 1 <= int(fast.value.response.headers["retry-after"]) <= 20
+    assert len(fake.state.snapshot()) == sent
 
 
 def test_models_healthz_and_unknown_model(daemon: Daemon) -> None:
