@@ -54,7 +54,11 @@ def exact_sum(costs: Sequence[str | None]) -> tuple[Decimal, int]:
 
 
 def create_rollup(conn: apsw.Connection) -> None:
-    """Create the table; fill it from ``view_ledger`` when that already has rows."""
+    """Create the table and, on ``conn``, the SQL function its upsert calls.
+
+    The table is filled from ``view_ledger`` when it is new and that already has rows.
+    """
+    conn.create_scalar_function("sw_add_costs", _add_costs, 2, deterministic=True)
     exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                           (ROLLUP_TABLE,)).fetchone()
     conn.execute(
@@ -79,22 +83,24 @@ def create_rollup(conn: apsw.Connection) -> None:
                       cost, at)
 
 
+def _add_costs(*costs: "apsw.SQLiteValue") -> "apsw.SQLiteValue":
+    """SQL ``sw_add_costs(a, b)``: two exact Decimal strings (our own) added exactly."""
+    total, amount = costs
+    return str(_EXACT.add(Decimal(str(total)), Decimal(str(amount))))
+
+
 def add_to_rollup(conn: apsw.Connection, key: Sequence[object], tokens: Sequence[int],
                   cost: str | None, recorded_at: str) -> None:
     """Add one ledger row (its key columns in ``_KEY`` order, its five token counts)."""
     amount, unpriced = exact_sum([cost])
-    row = conn.execute(
-        f"SELECT cost FROM {ROLLUP_TABLE} WHERE "
-        + " AND ".join(f"{k} = ?" for k in _KEY), tuple(key)).fetchone()
-    if row is None:
-        conn.execute(
-            f"INSERT INTO {ROLLUP_TABLE} VALUES ({', '.join('?' * 17)})",
-            (*key, 1, *tokens, unpriced, str(amount), recorded_at, recorded_at))
-        return
-    total = _EXACT.add(Decimal(row[0]), amount)
-    conn.execute(
-        f"UPDATE {ROLLUP_TABLE} SET calls = calls + 1,"
-        + "".join(f" {k} = {k} + ?," for k in _SUMS[1:])
-        + " cost = ?, first_at = min(first_at, ?), last_at = max(last_at, ?) WHERE "
-        + " AND ".join(f"{k} = ?" for k in _KEY),
-        (*tokens, unpriced, str(total), recorded_at, recorded_at, *key))
+    conn.execute(_UPSERT, (*key, 1, *tokens, unpriced, str(amount), recorded_at, recorded_at))
+
+
+#: One statement per call: the sums in SQL, the cost through ``sw_add_costs`` (exact).
+_UPSERT = (
+    f"INSERT INTO {ROLLUP_TABLE} VALUES ({', '.join('?' * 17)})"
+    f" ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET"
+    + ",".join(f" {k} = {k} + excluded.{k}" for k in _SUMS)
+    + ", cost = sw_add_costs(cost, excluded.cost), first_at = min(first_at, excluded.first_at),"
+    " last_at = max(last_at, excluded.last_at)"
+)
