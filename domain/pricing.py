@@ -224,15 +224,14 @@ def _priced(usage: CanonicalUsage, price: Price,
     """
     total = Decimal(0)
     for part in usage.billed_parts:
-        part_price: Price | None = price
+        part_price = price
         if part.model and models is not None:
             lookup = models(part.model)
             if lookup.kind == "included":
                 continue
-            part_price = lookup.price if lookup.kind == "price" else None
-            if part_price is None:
+            if lookup.price is None:
                 return None, lookup.reason or f"no price for the iteration's model {part.model!r}"
-        assert part_price is not None
+            part_price = lookup.price
         amount, reason = _part(part, part_price)
         if amount is None:
             return None, reason
