@@ -126,3 +126,15 @@ def test_usage_reads_the_sums_for_whole_days_and_the_calls_otherwise(
     assert '"cost": "7"' in usage(capsys, db, "--by", "day", "--json")
     assert '"cost": "7"' in usage(capsys, db, "--by", "day", "--json", "--until", "2026-12-01")
     assert '"cost": "0.1"' in usage(capsys, db, "--by", "day", "--json", *RAW)
+
+
+@pytest.mark.parametrize("bad", ["junk", "NaN", "Infinity"])
+def test_a_cost_that_is_not_a_number_makes_its_group_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str
+) -> None:
+    db = tmp_path / "events.db"
+    ledger(db, [(1, "s1", ("openai", "gpt"), "fp:a", (1, 1, 0, 0, 0), "provider",
+                 (cost, "actual")) for cost in ("0.5", bad)])
+    for window in ([], RAW):
+        out = usage(capsys, db, "--by", "session", "--json", *window)
+        assert '"cost": null' in out and '"cost_status": "unknown"' in out
