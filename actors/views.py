@@ -11,6 +11,7 @@ after a restart or passivation loads its state from here instead of folding its 
 from collections.abc import Sequence
 
 import apsw
+from sessionwarden.actors.ledger_rollup import ROLLUP_TABLE, add_to_rollup, create_rollup
 from sessionwarden.domain.session import session_id_of
 from sessionwarden.events import (
     CODEC,
@@ -98,10 +99,12 @@ class LedgerView:
 
     A call's row moves from the first to the second at its completion; what admission
     knew (provider, model, stream) comes along, so the completion need not repeat it.
+    Each row added to ``view_ledger`` is summed into ``view_ledger_daily`` too
+    (``actors/ledger_rollup.py``), which ``usage`` reads when it can.
     """
 
     name = "ledger"
-    tables: tuple[str, ...] = ("view_calls_open", "view_ledger")
+    tables: tuple[str, ...] = ("view_calls_open", "view_ledger", ROLLUP_TABLE)
 
     def create(self, conn: apsw.Connection) -> None:
         """Create both tables and the indexes ``usage`` groups by."""
@@ -121,6 +124,7 @@ class LedgerView:
             "CREATE INDEX IF NOT EXISTS view_ledger_session ON view_ledger (session_id);"
             "CREATE INDEX IF NOT EXISTS view_ledger_recorded ON view_ledger (recorded_at);"
         )
+        create_rollup(conn)
 
     def apply(self, conn: apsw.Connection, events: Sequence[RecordedEvent]) -> None:
         """Fold CallAdmitted and CallCompleted."""
@@ -156,6 +160,13 @@ class LedgerView:
                  event.source, event.cost, event.cost_status, e.recorded_at,
                  e.recorded_at[:10], stream),
             )
+            if conn.changes():
+                add_to_rollup(
+                    conn, (e.recorded_at[:10], session_id, provider, model, event.credential,
+                           event.source, event.cost_status),
+                    (event.input_tokens, event.output_tokens, event.cache_read_tokens,
+                     event.cache_write_tokens, event.reasoning_tokens),
+                    event.cost, e.recorded_at)
             if row is not None:
                 conn.execute("DELETE FROM view_calls_open WHERE call_id = ?", (event.call_id,))
 

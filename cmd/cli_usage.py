@@ -11,7 +11,12 @@ Cost rules (a cost that is not known is never shown as 0):
   ``"unknown"`` too;
 * otherwise, when every call has the same status (``"actual"``, or e.g. ``"estimated"``
   once pricing exists) the group has that status; when known statuses mix, ``"partial"``;
-* known costs are summed as :class:`~decimal.Decimal` from the strings in the ledger.
+* known costs are summed exactly as :class:`~decimal.Decimal` from the strings in the
+  ledger (a cost that is not a number counts as unknown).
+
+``usage`` reads the ledger's daily sums (``view_ledger_daily``, see
+``actors/ledger_rollup.py``) when its window is whole UTC days (no ``--since`` or
+``--until``, or dates), and the calls themselves otherwise: the same answer either way.
 
 A query that matches nothing is not an error (exit 0): the text says so, ``--json``
 prints the empty answer (``usage``: ``[]``; ``status``: its object with no sessions).
@@ -38,11 +43,12 @@ import os
 import sys
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import apsw
+from sessionwarden.actors.ledger_rollup import ROLLUP_TABLE, exact_sum
 from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.credit_status import active_notices, notice_line
 from sessionwarden.cmd.errors import CommandError, UsageError
@@ -173,16 +179,34 @@ def _require(conn: apsw.Connection, db: Path, *tables: str) -> None:
                            "(not written by sessionwarden, or without its views)")
 
 
-def aggregate(conn: apsw.Connection, column: str, where: str, args: tuple[object, ...]
-              ) -> dict[str, Group]:
-    """Group ``view_ledger`` rows matching ``where`` by ``column`` (a trusted name)."""
+def _has_rollup(conn: apsw.Connection) -> bool:
+    """Whether the log has ``view_ledger_daily`` (a writer of this version opened it)."""
+    return bool(_fetch(conn, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                       (ROLLUP_TABLE,)))
+
+
+#: What ``aggregate`` reads from each table: calls, unpriced calls, first and last time.
+_SOURCES = {
+    "view_ledger": ("count(*)", "count(*) - count(cost)", "min(recorded_at)",
+                    "max(recorded_at)"),
+    ROLLUP_TABLE: ("sum(calls)", "sum(unpriced)", "min(first_at)", "max(last_at)"),
+}
+
+
+def aggregate(conn: apsw.Connection, column: str, where: str, args: tuple[object, ...],
+              table: str = "view_ledger") -> dict[str, Group]:
+    """Group the rows of ``table`` matching ``where`` by ``column`` (trusted names).
+
+    ``table`` is ``view_ledger`` (one row per call) or ``view_ledger_daily`` (its sums per
+    day, session, model, provider and credential: the same answer from far fewer rows).
+    """
     groups: dict[str, Group] = {}
     sums = ", ".join(f"sum({k}_tokens)" for k in _KINDS)
+    calls, unpriced, first_at, last_at = _SOURCES[table]
     for row in _fetch(
         conn,
-        f"SELECT {column}, source, cost_status, count(*), {sums}, min(recorded_at),"
-        " max(recorded_at), count(*) - count(cost), group_concat(cost, ' ')"
-        f" FROM view_ledger WHERE {where} GROUP BY 1, 2, 3",
+        f"SELECT {column}, source, cost_status, {calls}, {sums}, {first_at}, {last_at},"
+        f" {unpriced}, group_concat(cost, ' ') FROM {table} WHERE {where} GROUP BY 1, 2, 3",
         args,
     ):
         key, source, status, n, *tokens, first, last, nulls, costs = row
@@ -190,11 +214,8 @@ def aggregate(conn: apsw.Connection, column: str, where: str, args: tuple[object
                      first_at=first, last_at=last)
         if source != "provider":
             part.sources[source] = n
-        try:
-            part.cost_sum = sum((Decimal(c) for c in (costs or "").split()), Decimal(0))
-        except InvalidOperation:
-            nulls = 1
-        if nulls:
+        part.cost_sum, junk = exact_sum((costs or "").split())
+        if nulls or junk:
             part.statuses = {"unknown"}
         groups.setdefault(part.key, Group(part.key)).merge(part)
     return groups
@@ -223,6 +244,9 @@ def _side_json(sides: dict[str, Group]) -> list[dict[str, Any]]:
     """A session's side calls as ``usage --json`` lists them: one object per purpose."""
     return [{"purpose": purpose} | {k: v for k, v in g.to_json("session").items()
                                     if k != "session"} for purpose, g in sorted(sides.items())]
+def _day_bound(bound: str) -> str | None:
+    """The day of a ``parse_time`` bound that falls on a UTC midnight, else None."""
+    return bound[:10] if bound[10:] == "T00:00:00.000000+00:00" else None
 
 
 def _sources_text(sources: dict[str, int]) -> str:
@@ -279,12 +303,14 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
     if since is not None and until is not None and since >= until:
         # An empty window is a mistake (swapped bounds), not an answer of "no calls".
         raise UsageError(f"--since {args.since} is not before --until {args.until}")
-    if since is not None:
-        clauses.append("recorded_at >= ?")
-        params.append(since)
-    if until is not None:
-        clauses.append("recorded_at < ?")
-        params.append(until)
+    # The daily sums give the answer the calls give when the window is whole UTC days.
+    day_clauses, day_params = list(clauses), list(params)
+    for clause, bound in (("recorded_at >= ?", since), ("recorded_at < ?", until)):
+        if bound is not None:
+            clauses.append(clause)
+            params.append(bound)
+            day_clauses.append(clause.replace("recorded_at", "day"))
+            day_params.append(_day_bound(bound))
     if args.reprice:
         from sessionwarden.cmd.cli_reprice import run_reprice  # loads the price data
 
@@ -294,7 +320,12 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
         conn = log.read_connection()
         try:
             _require(conn, db, "view_ledger")
-            groups = aggregate(conn, _BY_COLUMN[args.by], " AND ".join(clauses), tuple(params))
+            if None not in day_params and _has_rollup(conn):
+                groups = aggregate(conn, _BY_COLUMN[args.by], " AND ".join(day_clauses),
+                                   tuple(day_params), ROLLUP_TABLE)
+            else:
+                groups = aggregate(conn, _BY_COLUMN[args.by], " AND ".join(clauses),
+                                   tuple(params))
             sides = (side_calls(conn, " AND ".join(clauses), tuple(params), args.session)
                      if args.by == "session" else {})
         except apsw.Error as exc:
@@ -378,7 +409,8 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
                     conn, "SELECT session_id, model, calls, last_status, last_credential,"
                     f" started_at, last_at FROM view_sessions WHERE {where}"
                     " ORDER BY started_at, session_id", params)
-                usage = aggregate(conn, "session_id", where, params)
+                usage = aggregate(conn, "session_id", where, params,
+                                  ROLLUP_TABLE if _has_rollup(conn) else "view_ledger")
                 creds = _fetch(conn, "SELECT provider, fingerprint, state, calls, last_status"
                                " FROM view_credentials ORDER BY provider, fingerprint")
                 notices = active_notices(conn, datetime.now(UTC))

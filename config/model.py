@@ -132,6 +132,8 @@ class PriceConfig(_Section, frozen=True):
     output: Decimal | None = None
     cache_read: Decimal | None = None
     cache_write: Decimal | None = None
+    #: Anthropic's 1-hour cache write; unset, the library's rate, else twice ``input``.
+    cache_write_1h: Decimal | None = None
 
     def __post_init__(self) -> None:
         """Reject negative, NaN and infinite prices."""

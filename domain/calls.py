@@ -16,7 +16,7 @@ import msgspec
 from sessionwarden.config import ApiMode
 from sessionwarden.domain.errors import UnknownCall, UsageRejected
 from sessionwarden.domain.price_book import PriceBook
-from sessionwarden.domain.pricing import Cost, cost
+from sessionwarden.domain.pricing import Cost, PriceLookup, cost
 from sessionwarden.domain.ratelimits import RateLimitSnapshot, parse_rate_limits
 from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.usage import CanonicalUsage, normalise_usage, tokens_from_chars
@@ -215,4 +215,11 @@ def _price(usage: CanonicalUsage, provider: str, model: str, now: datetime,
     if prices is None:
         return None
     reported = Decimal(usage.reported_cost) if usage.reported_cost is not None else None
-    return cost(usage, prices.lookup(provider, model, at=now), reported=reported)
+    lookup = prices.lookup(provider, model, at=now)
+
+    def model_price(other: str) -> PriceLookup:
+        # An iteration that names its own model (advisor, fallback) is billed at that
+        # model's price at the same provider; naming the call's own model changes nothing.
+        return lookup if other == model else prices.lookup(provider, other, at=now)
+
+    return cost(usage, lookup, reported=reported, models=model_price)

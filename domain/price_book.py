@@ -12,9 +12,11 @@ and without I/O: the library's data is imported once and only read.
 2. A ``[[models]]`` entry of that provider with a ``price`` override → its prices win,
    kind by kind: a kind the override leaves empty keeps the library's rate, if any. The
    override is exact and flat, so the library's tiers are dropped for the overridden
-   kinds (a tier row keeps only the library's rates of the other kinds). Source
-   ``override``, version ``config`` (``config+genai-prices@<v>`` when the library filled
-   a kind in).
+   kinds (a tier row keeps only the library's rates of the other kinds). The kinds are
+   ``input``, ``output``, ``cache_read``, ``cache_write`` and ``cache_write_1h``; an
+   override of the first four is full and keeps nothing of the library's (an unset 1-hour
+   write then bills at twice its ``input``). Source ``override``, version ``config``
+   (``config+genai-prices@<v>`` when the library filled a kind in).
 3. The provider's own price listing (``pricing_url``, ``domain/price_listing.py``), the
    latest one published, when it lists the model: source ``provider-listing@<version>``.
    An override of that model is laid over it as over the library (version
@@ -50,17 +52,20 @@ from sessionwarden.domain.pricing_library import Library, load_library
 
 __all__ = ["PriceBook"]
 
-_KINDS = ("input", "output", "cache_read", "cache_write")
+_KINDS = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
+#: An override that sets these is *full*: nothing of the library's is kept (a 1-hour
+#: write it leaves unset is then billed at twice its input rate, as ``pricing`` says).
+_FULL = frozenset(_KINDS[:4])
 _INCLUDED = PriceLookup(kind="included")
 
 
 def _override(config: PriceConfig, library: Price | None) -> Price:
     """The override ``config`` laid over ``library``: the listing's or library's price."""
     overridden = {kind for kind in _KINDS if getattr(config, kind) is not None}
-    if library is None or overridden == set(_KINDS):
+    if library is None or overridden >= _FULL:
         return Price(source=SOURCE_OVERRIDE, version="config", input=config.input,
                      output=config.output, cache_read=config.cache_read,
-                     cache_write=config.cache_write)
+                     cache_write=config.cache_write, cache_write_1h=config.cache_write_1h)
     tiers = tuple(
         msgspec.structs.replace(tier, **{kind: None for kind in overridden})
         for tier in library.tiers
@@ -72,6 +77,8 @@ def _override(config: PriceConfig, library: Price | None) -> Price:
         output=library.output if config.output is None else config.output,
         cache_read=library.cache_read if config.cache_read is None else config.cache_read,
         cache_write=library.cache_write if config.cache_write is None else config.cache_write,
+        cache_write_1h=(library.cache_write_1h if config.cache_write_1h is None
+                        else config.cache_write_1h),
         request=library.request,
         tiers=tuple(t for t in tiers if any(getattr(t, k) is not None for k in _KINDS)),
     )

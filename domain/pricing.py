@@ -9,15 +9,26 @@ a call. :func:`cost` turns usage and a lookup into a :class:`Cost`.
 **Rules** (hermes-behaviour §3.3, and the bug each avoids):
 
 - The prompt buckets are disjoint, each at its own rate: ``input`` at the input price,
-  ``cache_read`` at the cache-read price, ``cache_write`` at the cache-write price.
+  ``cache_read`` at the cache-read price, ``cache_write`` at the cache-write price, except
+  its 1-hour part (``cache_write_1h_tokens``, Anthropic) at the ``cache_write_1h`` price.
   Reasoning tokens are part of ``output`` and priced with it, never added again.
 - A cache bucket without its own price is billed at the *input* price, as genai-prices
-  does (a model without a cache discount bills cached tokens as ordinary input). An
-  ``input`` or ``output`` bucket with tokens and no price makes the cost ``unknown``.
+  does (a model without a cache discount bills cached tokens as ordinary input), except
+  a 1-hour cache write without its own price: it is billed at **twice** the input price,
+  Anthropic's published rate (only Anthropic reports 1-hour writes; genai-prices lists
+  ``cache_write_1h_mtok`` for its models, and a config override may set ``cache_write_1h``).
+  An ``input`` or ``output`` bucket with tokens and no price makes the cost ``unknown``.
 - Tiers are a cliff, as in genai-prices and Hermes: when the prompt (input + cache read
   + cache write) is *strictly* above a tier's ``above``, that tier's rates apply to every
   token of the request; a rate the tier leaves None falls back to the base rate.
-- The per-request fee is added once per call.
+- Iterations (Anthropic ``usage.iterations[]``, ``domain/usage.py``): what is priced is
+  :attr:`~sessionwarden.domain.usage.CanonicalUsage.billed_parts`, each iteration on its
+  own (its own tier, since a tier applies per sampling step) and summed; a compaction
+  iteration is billed like any other (price libraries bill it $0, the bug this avoids).
+  An iteration naming another model than the call's (an advisor or fallback iteration)
+  is priced at that model's price, given by the caller (``models``); one with no price
+  makes the whole cost ``unknown``.
+- The per-request fee is added once per call, whatever the number of iterations.
 - Status: ``included`` ($0) for a subscription route; ``unknown`` with **no amount** when
   there is no price or the usage is missing (never a silent $0, the bug of Hermes's
   missing-usage path); ``estimated`` when the usage is our estimate; ``actual``
@@ -37,6 +48,7 @@ Cost is monotone in each token count provided no tier is cheaper than the one be
 """
 
 import decimal
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Literal
 
@@ -69,6 +81,7 @@ FLAG_REPORTED_REJECTED = "reported_cost_rejected"
 FLAG_USAGE_MISSING = "usage_missing"
 
 _MILLION_EXP = -6
+_TWO = Decimal(2)
 _EXACT = decimal.Context(prec=200, traps=[decimal.InvalidOperation, decimal.Overflow])
 
 
@@ -83,6 +96,7 @@ class PriceTier(msgspec.Struct, frozen=True, kw_only=True):
     output: Decimal | None = None
     cache_read: Decimal | None = None
     cache_write: Decimal | None = None
+    cache_write_1h: Decimal | None = None
 
 
 class Price(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,6 +105,8 @@ class Price(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         input, output, cache_read, cache_write: base rates; None = not priced for that
             kind (a cache kind then bills at ``input``, see the module doc).
+        cache_write_1h: the rate of a 1-hour cache write (Anthropic); None = twice
+            ``input`` (see the module doc).
         request: a fee per request in USD, or None.
         tiers: higher rates for long prompts, by ascending ``above``.
         source: ``"override"``, ``"genai-prices@<version>"``, ``"provider-listing@<version>"``.
@@ -109,6 +125,7 @@ class Price(msgspec.Struct, frozen=True, kw_only=True):
     request: Decimal | None = None
     tiers: tuple[PriceTier, ...] = ()
     variant: str = ""
+    cache_write_1h: Decimal | None = None
 
     def rates(self, prompt_tokens: int) -> PriceTier:
         """The rates that apply to a request of ``prompt_tokens`` prompt tokens."""
@@ -118,13 +135,16 @@ class Price(msgspec.Struct, frozen=True, kw_only=True):
                 tier = candidate
         if tier is None:
             return PriceTier(above=-1, input=self.input, output=self.output,
-                             cache_read=self.cache_read, cache_write=self.cache_write)
+                             cache_read=self.cache_read, cache_write=self.cache_write,
+                             cache_write_1h=self.cache_write_1h)
         return PriceTier(
             above=tier.above,
             input=self.input if tier.input is None else tier.input,
             output=self.output if tier.output is None else tier.output,
             cache_read=self.cache_read if tier.cache_read is None else tier.cache_read,
             cache_write=self.cache_write if tier.cache_write is None else tier.cache_write,
+            cache_write_1h=(self.cache_write_1h if tier.cache_write_1h is None
+                            else tier.cache_write_1h),
         )
 
 
@@ -165,16 +185,25 @@ class Cost(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
 
 
-def _priced(usage: CanonicalUsage, price: Price) -> tuple[Decimal | None, str]:
-    """Our amount for ``usage`` at ``price``, or None and the reason it cannot be priced."""
+def _hour_rate(rates: PriceTier) -> Decimal | None:
+    """The 1-hour cache-write rate: its own, else twice the input rate (Anthropic's)."""
+    if rates.cache_write_1h is not None:
+        return rates.cache_write_1h
+    return None if rates.input is None else _EXACT.multiply(rates.input, _TWO)
+
+
+def _part(usage: CanonicalUsage, price: Price) -> tuple[Decimal | None, str]:
+    """The amount of one billed part, in USD per million tokens (not yet shifted)."""
     rates = price.rates(usage.prompt_tokens)
+    hour = usage.cache_write_1h_tokens
     buckets = (
         ("input", usage.input_tokens, rates.input),
         ("output", usage.output_tokens, rates.output),
         ("cache_read", usage.cache_read_tokens,
          rates.input if rates.cache_read is None else rates.cache_read),
-        ("cache_write", usage.cache_write_tokens,
+        ("cache_write", usage.cache_write_tokens - hour,
          rates.input if rates.cache_write is None else rates.cache_write),
+        ("cache_write_1h", hour, _hour_rate(rates)),
     )
     total = Decimal(0)
     for kind, tokens, rate in buckets:
@@ -183,6 +212,30 @@ def _priced(usage: CanonicalUsage, price: Price) -> tuple[Decimal | None, str]:
         if rate is None:
             return None, f"no {kind} price in {price.source}"
         total = _EXACT.add(total, _EXACT.multiply(Decimal(tokens), rate))
+    return total, ""
+
+
+def _priced(usage: CanonicalUsage, price: Price,
+            models: Callable[[str], PriceLookup] | None = None) -> tuple[Decimal | None, str]:
+    """Our amount for ``usage`` at ``price``, or None and the reason it cannot be priced.
+
+    Each billed part (an iteration, or the usage itself) at its own rates; a part naming
+    another model at that model's price from ``models``.
+    """
+    total = Decimal(0)
+    for part in usage.billed_parts:
+        part_price = price
+        if part.model and models is not None:
+            lookup = models(part.model)
+            if lookup.kind == "included":
+                continue
+            if lookup.price is None:
+                return None, lookup.reason or f"no price for the iteration's model {part.model!r}"
+            part_price = lookup.price
+        amount, reason = _part(part, part_price)
+        if amount is None:
+            return None, reason
+        total = _EXACT.add(total, amount)
     total = total.scaleb(_MILLION_EXP, _EXACT)
     if price.request is not None:
         total = _EXACT.add(total, price.request)
@@ -196,13 +249,16 @@ def _differs(reported: Decimal, ours: Decimal) -> bool:
 
 
 def cost(usage: CanonicalUsage, lookup: PriceLookup, *,
-         reported: Decimal | None = None) -> Cost:
+         reported: Decimal | None = None,
+         models: Callable[[str], PriceLookup] | None = None) -> Cost:
     """The cost of a call with ``usage`` priced by ``lookup`` (rules in the module doc).
 
     Args:
         usage: the call's canonical usage (``source`` decides ``estimated``).
         lookup: the price book's answer for the call's provider and model.
         reported: the cost the provider reported for this call, if any.
+        models: the price book's answer for another model of the same provider, for an
+            iteration that names its own model; None prices every iteration by ``lookup``.
     """
     if lookup.kind == "included":
         return Cost(amount=Decimal(0), status="included", source=SOURCE_INCLUDED,
@@ -217,7 +273,7 @@ def cost(usage: CanonicalUsage, lookup: PriceLookup, *,
         flags.append(FLAG_USAGE_MISSING)
         reason = "the provider reported no usage"
     elif price is not None:
-        ours, reason = _priced(usage, price)
+        ours, reason = _priced(usage, price, models)
     if reported is not None and (not reported.is_finite() or reported < 0):
         flags.append(FLAG_REPORTED_REJECTED)
         reported = None

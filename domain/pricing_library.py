@@ -28,7 +28,8 @@ dated ids, and its one-step fallbacks such as Azure → OpenAI).
 
 **Conversion** (mirrors the library's ``ModelPrice`` for the units we count):
 ``input_mtok``, ``output_mtok``, ``cache_read_mtok``, ``cache_write_mtok`` (else the
-5-minute ``cache_write_5m_mtok``) and ``requests_kcount`` / 1000 as a per-request fee.
+5-minute ``cache_write_5m_mtok``), ``cache_write_1h_mtok`` (Anthropic's 1-hour cache
+write, 2x input where listed) and ``requests_kcount`` / 1000 as a per-request fee.
 Its per-kind ``TieredPrices`` (a cliff: above ``start`` prompt tokens the higher price
 applies to every token of the request) become :class:`PriceTier` rows, one per distinct
 start. Prices by date (a ``ConditionalPrice`` with a start date or time of day) are
@@ -36,8 +37,7 @@ resolved at the request time given by the caller; service tiers, batch processin
 the like (the library's ``price_variants``) by a context the caller passes. A model
 listed with no price at all (``:free`` models) costs $0, as in the library; one priced
 only in units we do not count (audio hours, pages) is unknown. Other units (audio,
-image, web searches, 1-hour cache writes, a separate reasoning price) are not priced
-here.
+image, web searches, a separate reasoning price) are not priced here.
 """
 
 from __future__ import annotations
@@ -167,6 +167,7 @@ def _convert(model_price: ModelPrice, source: str, version: str) -> Price | None
         "output": _field(model_price, "output_mtok"),
         "cache_read": _field(model_price, "cache_read_mtok"),
         "cache_write": _field(model_price, "cache_write_mtok", "cache_write_5m_mtok"),
+        "cache_write_1h": _field(model_price, "cache_write_1h_mtok"),
     }
     requests = _field(model_price, "requests_kcount")
     per_request = _at(requests, 0)
@@ -183,7 +184,8 @@ def _convert(model_price: ModelPrice, source: str, version: str) -> Price | None
         PriceTier(above=start, input=_at(values["input"], start),
                   output=_at(values["output"], start),
                   cache_read=_at(values["cache_read"], start),
-                  cache_write=_at(values["cache_write"], start))
+                  cache_write=_at(values["cache_write"], start),
+                  cache_write_1h=_at(values["cache_write_1h"], start))
         for start in starts
     )
     return Price(
@@ -195,6 +197,7 @@ def _convert(model_price: ModelPrice, source: str, version: str) -> Price | None
         cache_write=_at(values["cache_write"], -1),
         request=fee,
         tiers=tiers,
+        cache_write_1h=_at(values["cache_write_1h"], -1),
     )
 
 

@@ -39,6 +39,11 @@ buckets are disjoint and each priced at its own rate::
   1-hour part is clamped to the total); reasoning is ``output_tokens_details``
   ``thinking_tokens``. The ``cache_creation`` split is read on the chat wire too
   (OpenRouter relays it).
+- On the chat wire, a block with ``iterations[]`` and neither ``prompt_tokens`` nor
+  ``completion_tokens`` is Anthropic's own usage object relayed by a gateway in front of
+  Anthropic: it is read as ``anthropic_messages`` (so its iterations are billed). A chat
+  block with ``prompt_tokens`` keeps the chat reading and its iterations are ignored
+  (OpenRouter's top-level counts are what it bills).
 
 **Iterations** (Anthropic server-side compaction, tool loops, advisor and fallback
 models). ``usage.iterations[]`` reports each sampling iteration with its own counts,
@@ -372,6 +377,12 @@ def _anthropic_shape(block: Block) -> CanonicalUsage | None:
     )
 
 
+def _relayed_anthropic(block: Block) -> bool:
+    """A chat-wire block that is Anthropic's usage object, iterations included (module doc)."""
+    return (isinstance(block.get("iterations"), list | tuple)
+            and "prompt_tokens" not in block and "completion_tokens" not in block)
+
+
 def normalise_usage(api_mode: ApiMode, usage_block: object) -> CanonicalUsage:
     """Turn a provider's ``usage`` object into :class:`CanonicalUsage`.
 
@@ -400,6 +411,8 @@ def normalise_usage(api_mode: ApiMode, usage_block: object) -> CanonicalUsage:
         usage = _anthropic_shape(usage_block)
     elif api_mode == "codex_responses":
         usage = _responses_shape(usage_block)
+    elif _relayed_anthropic(usage_block):
+        usage = _anthropic_shape(usage_block)
     else:
         usage = _chat_shape(usage_block)
     cost = reported_cost(usage_block)

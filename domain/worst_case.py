@@ -6,9 +6,9 @@ bound at the output price, plus any per-request fee, in exact :class:`~decimal.D
 (peers.md, "money is stored as floats": a float budget counter drifts).
 
 - The caller passes :func:`worst_input_price` (a cache write is billed above a plain input
-  token on Anthropic, 1.25x) and, when the input estimate is above a long-context tier,
-  the tier's prices (hermes-behaviour.md §3.3: above the tier the higher rates apply to
-  the whole request; #109976 is the undercount of forgetting it).
+  token on Anthropic, 1.25x, a 1-hour write 2x) and, when the input estimate is above a
+  long-context tier, the tier's prices (hermes-behaviour.md §3.3: above the tier the
+  higher rates apply to the whole request; #109976 is the undercount of forgetting it).
 - The output bound (:func:`output_bound`) is the request's limit
   (:func:`requested_max_tokens`), no more than the model's ``max_output_tokens`` (the
   provider cannot produce more), else the model's, else :data:`DEFAULT_MAX_OUTPUT_TOKENS`.
@@ -42,9 +42,15 @@ _MILLION = Decimal(1_000_000)
 _ZERO = Decimal(0)
 
 
-def worst_input_price(input_price: Decimal, cache_write_price: Decimal | None = None) -> Decimal:
-    """The most one input token can cost: a cache write is billed above a plain input."""
-    return input_price if cache_write_price is None else max(input_price, cache_write_price)
+def worst_input_price(input_price: Decimal, cache_write_price: Decimal | None = None,
+                      cache_write_1h_price: Decimal | None = None) -> Decimal:
+    """The most one input token can cost: a cache write is billed above a plain input.
+
+    ``cache_write_1h_price`` is a price's 1-hour write rate (Anthropic, 2x input;
+    :attr:`~sessionwarden.domain.pricing.Price.cache_write_1h`), which is dearer still.
+    """
+    rates = [r for r in (cache_write_price, cache_write_1h_price) if r is not None]
+    return max([input_price, *rates])
 
 
 def worst_case(input_tokens_estimate: int, max_output_tokens: int,
@@ -106,5 +112,6 @@ def call_worst_case(lookup: PriceLookup, input_tokens_estimate: int,
     if rates.input is None or rates.output is None:
         return None
     return worst_case(input_tokens_estimate, max_output_tokens,
-                      worst_input_price(rates.input, rates.cache_write), rates.output,
+                      worst_input_price(rates.input, rates.cache_write, rates.cache_write_1h),
+                      rates.output,
                       price.request or _ZERO)

@@ -96,3 +96,21 @@ def test_context_resend_prints_both_sections(tmp_path: Path) -> None:
     assert "resend events (each round): none" in out
     assert "(c)/(a) governance / decode:" in out
     assert "RSS above idle with 2 live sessions:" in out and "spill directory:" in out
+
+
+def test_ledger_prints_both_targets_and_the_baselines(tmp_path: Path) -> None:
+    out = run_script(str(BENCH / "ledger.py"), "--calls", "2000", "--rounds", "1",
+                     "--results", str(tmp_path))
+    assert "the same answer from the sums and from the calls: yes" in out
+    for mode in ("day", "day-calls", "session", "session-calls", "bare-day", "bare-sums"):
+        assert f"\n{mode} " in out
+    assert "target: usage --by day --json <= 1 s:" in out
+    assert "target: usage --by session --session ID <= 50 ms:" in out
+
+
+def test_pricing_prints_each_mode_against_decode() -> None:
+    out = run_script(str(BENCH / "pricing.py"), "--calls", "200", "--rounds", "1",
+                     "--sessions", "10")
+    for mode in ("decode", "pricing", "reserve", "total", "compacted"):
+        assert f"\n{mode} " in out
+    assert "target: pricing + reservation (total) <= 50 µs per call:" in out

@@ -25,7 +25,33 @@ name = "priced"
 provider = "fake"
 context_length = 128000
 price = { input = "2.00", output = "8.00", cache_read = "0.50" }
+
+[[models]]
+name = "claude-compacting"
+provider = "fake"
+context_length = 200000
+[models.price]
+input = "3"
+output = "15"
+cache_read = "0.30"
+cache_write = "3.75"
+cache_write_1h = "6"
 """
+
+#: Anthropic's usage object, relayed as it is on the chat wire, for a call that compacted
+#: on the server: the top level describes only the last (message) iteration.
+COMPACTED_USAGE = {
+    "input_tokens": 500, "cache_read_input_tokens": 20000,
+    "cache_creation_input_tokens": 3000, "output_tokens": 1000,
+    "iterations": [
+        {"type": "compaction", "input_tokens": 180000, "output_tokens": 3500},
+        {"type": "message", "input_tokens": 500, "cache_read_input_tokens": 20000,
+         "cache_creation_input_tokens": 3000,
+         "cache_creation": {"ephemeral_5m_input_tokens": 1000,
+                            "ephemeral_1h_input_tokens": 2000},
+         "output_tokens": 1000},
+    ],
+}
 
 
 @pytest.fixture
@@ -127,3 +153,32 @@ def test_the_simulated_provider_is_included(daemon: InProcessDaemon) -> None:
                                        messages=[{"role": "user", "content": "hi"}])
     [call] = completed(daemon, "simulated")
     assert (call.cost, call.cost_status, call.cost_source) == ("0", "included", "included")
+
+
+def test_anthropic_iterations_are_priced_each_compaction_included(
+    daemon: InProcessDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with daemon.openai(session="compacting") as client:
+        client.chat.completions.create(
+            model="claude-compacting", messages=[{"role": "user", "content": "go on"}],
+            extra_body={"fake": {"usage": "custom", "usage_block": COMPACTED_USAGE}})
+    [call] = completed(daemon, "compacting")
+    # By hand, USD per million tokens. Compaction: 180,000 in x 3 + 3,500 out x 15.
+    compaction = 180_000 * 3 + 3_500 * 15
+    # Message: 500 in x 3, 20,000 cache read x 0.30, 1,000 5-minute writes x 3.75,
+    # 2,000 1-hour writes x 6, 1,000 out x 15.
+    message = (500 * 3 + 20_000 * Decimal("0.30") + 1_000 * Decimal("3.75") + 2_000 * 6
+               + 1_000 * 15)
+    expected = (compaction + message) / 1_000_000
+    assert expected == Decimal("0.63075")
+    assert call.cost is not None and Decimal(call.cost) == expected
+    assert (call.cost_status, call.cost_source, call.cost_version) == (
+        "actual", "override", "config")
+    # The top level stays what Anthropic reported (it describes the context); the raw
+    # block with its iterations is kept with the call.
+    assert (call.input_tokens, call.cache_read_tokens, call.cache_write_tokens) == (
+        500, 20000, 3000)
+    assert "iterations" in call.flags and '"compaction"' in call.raw_usage
+    assert main(["usage", "--db", str(daemon.db), "--session", "compacting", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["cost"], row["cost_status"]) == (call.cost, "actual")

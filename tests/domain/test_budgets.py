@@ -69,6 +69,11 @@ def test_worst_input_price_takes_the_dearer_cache_write() -> None:
     assert worst_input_price(D("3"), D("0.3")) == D("3")
 
 
+def test_worst_input_price_takes_the_dearer_one_hour_cache_write() -> None:
+    assert worst_input_price(D("3"), D("3.75"), D("6")) == D("6")
+    assert worst_input_price(D("3"), None, D("6")) == D("6")
+
+
 def test_requested_max_tokens_reads_every_wire_shape() -> None:
     assert requested_max_tokens({"max_tokens": 100, "max_completion_tokens": 50}) == 50
     assert requested_max_tokens({"max_tokens": 100}) == 100

@@ -181,7 +181,8 @@ def book() -> PriceBook:
 def test_the_library_prices_a_known_model(book: PriceBook) -> None:
     lookup = book.lookup("anthropic", "claude-haiku-4-5", at=NOW)
     assert lookup.price == Price(source=LIB, version=genai_prices.__version__, input=D("1"),
-                                 output=D("5"), cache_read=D("0.1"), cache_write=D("1.25"))
+                                 output=D("5"), cache_read=D("0.1"), cache_write=D("1.25"),
+                                 cache_write_1h=D("2"))
     result = cost(usage(input_tokens=100, cache_read_tokens=1000, cache_write_tokens=10,
                         output_tokens=20), lookup)
     assert result.amount == D("0.0003125")
@@ -212,9 +213,9 @@ def test_a_partial_override_keeps_the_library_for_the_other_kinds(book: PriceBoo
     price = book.lookup("anthropic", "claude-sonnet-4-5", at=NOW).price
     assert price == Price(
         source="override", version=f"config+{LIB}", input=D("2.5"), output=D("15"),
-        cache_read=D("0.3"), cache_write=D("3.75"),
+        cache_read=D("0.3"), cache_write=D("3.75"), cache_write_1h=D("6"),
         tiers=(PriceTier(above=200_000, output=D("22.5"), cache_read=D("0.6"),
-                         cache_write=D("7.5")),))
+                         cache_write=D("7.5"), cache_write_1h=D("12")),))
     # above the tier the overridden input stays flat, the rest take the library's tier
     big = cost(usage(input_tokens=300_000, output_tokens=1), priced(price))
     assert big.amount == D("0.7500225")
@@ -296,7 +297,8 @@ def test_every_bundled_price_converts_with_non_decreasing_tiers() -> None:
                 previous = price.rates(0)
                 for tier in price.tiers:
                     rates = price.rates(tier.above + 1)
-                    for kind in ("input", "output", "cache_read", "cache_write"):
+                    for kind in ("input", "output", "cache_read", "cache_write",
+                                 "cache_write_1h"):
                         low, high = getattr(previous, kind), getattr(rates, kind)
                         assert low is None or (high is not None and high >= low >= 0)
                     previous = rates

@@ -546,7 +546,20 @@ def test_openrouter_relays_anthropic_one_hour_split_on_the_chat_wire() -> None:
     })
     assert (usage.input_tokens, usage.cache_write_tokens, usage.cache_write_1h_tokens) == (
         1000, 1000, 600)
-    assert usage.flags == () and usage.iterations == ()  # iterations: Anthropic wire only
+    assert usage.flags == () and usage.iterations == ()  # the chat reading, not Anthropic's
+
+
+def test_anthropics_own_block_relayed_on_the_chat_wire_keeps_its_iterations() -> None:
+    # No prompt_tokens: a gateway relaying Anthropic's usage object as it is.
+    usage = normalise_usage("chat_completions", {
+        "input_tokens": 40, "cache_read_input_tokens": 900, "output_tokens": 20,
+        "iterations": [{"type": "compaction", "input_tokens": 5000, "output_tokens": 300},
+                       {"type": "message", "input_tokens": 40, "output_tokens": 20}],
+    })
+    assert (usage.input_tokens, usage.cache_read_tokens) == (40, 900)  # beside, not inside
+    assert [p.iteration_type for p in usage.billed_parts] == ["compaction", "message"]
+    junk = normalise_usage("chat_completions", {"input_tokens": 40, "iterations": 3})
+    assert junk.iterations == () and junk.input_tokens == 40
 
 
 def test_kimi_flat_cached_tokens_and_precedence() -> None:
