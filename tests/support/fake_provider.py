@@ -75,6 +75,8 @@ class FakeOptions:
     reply: str | None = None  # the answer's text instead of "ok: <last user text>"
     raw_body: str | None = None  # a 200 answer's body verbatim (a malformed one, say)
     headers: dict[str, str] | None = None  # extra headers on a chat answer (credits, say)
+    error_message: str | None = None  # an error answer's message instead of the default
+    error_code: str | None = None  # an error answer's code instead of the default
 
     @classmethod
     def parse(cls, body: dict[str, Any], headers: dict[str, str],
@@ -126,6 +128,9 @@ class FakeProviderState:
     requests: list[RecordedRequest] = field(default_factory=list)
     counters: Counter[str] = field(default_factory=Counter)
     by_model: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Options for every request sent with this API key (``Authorization: Bearer <key>``),
+    #: under the body's and the headers': the daemon's choice of key steers the answer.
+    by_key: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: What ``GET /v1/key`` (OpenRouter's key endpoint) answers, and with which status.
     key_answer: Any = None
     key_status: int = 200
@@ -212,14 +217,16 @@ def _escape_key(text: str, key: str, opts: FakeOptions) -> str:
 
 def _error(opts: FakeOptions, headers: dict[str, str], anthropic: bool) -> JSONResponse:
     status = int(opts.status or 500)
-    message = f"fake provider error {status}"
+    message = opts.error_message or f"fake provider error {status}"
     if opts.echo_key:
         message += f"; Incorrect API key provided: {headers.get('authorization', '')}"
     err_type, code = _ERROR_KINDS.get(status, ("server_error", f"http_{status}"))
+    code = opts.error_code or code
     extra: dict[str, str] = {}
     if status == 429:
         extra = {"retry-after": "1", "x-ratelimit-remaining-requests": "0",
                  "x-ratelimit-reset-requests": "20s"}
+    extra.update(opts.headers or {})
     if anthropic:
         kind = _ANTHROPIC_ERRORS.get(status, "api_error")
         body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
@@ -273,8 +280,10 @@ async def _prepare(
     state.record(RecordedRequest(request.method, request.url.path, headers, body, raw))
     body = body if isinstance(body, dict) else {}
     model = body.get("model")
-    opts = FakeOptions.parse(body, headers,
-                             state.by_model.get(model) if isinstance(model, str) else None)
+    defaults = dict(state.by_model.get(model, {}) if isinstance(model, str) else {})
+    defaults.update(state.by_key.get(headers.get("authorization", "").removeprefix("Bearer "),
+                                     {}))
+    opts = FakeOptions.parse(body, headers, defaults)
     if opts.delay_ms:
         await asyncio.sleep(opts.delay_ms / 1000)
     return body, headers, opts

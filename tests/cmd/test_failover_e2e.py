@@ -1,0 +1,248 @@
+"""Keys and limits through the daemon: failover inside the call, benched keys, fail fast.
+
+An in-process daemon on a fake clock (so a reset can pass without waiting), the `openai`
+SDK as the client, and the fake upstream steered per key (``by_key``: every request sent
+with that key gets those options), so the daemon's choice of key decides the answer.
+"""
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from sessionwarden.clock import FakeClock
+from sessionwarden.config import parse_config
+from sessionwarden.events import CODEC, CallCompleted, KeyStateChanged
+from sessionwarden.redact import fingerprint
+
+from tests.cmd.daemon_fixtures import MODEL, config_text
+from tests.cmd.inprocess import InProcessDaemon
+from tests.support.fake_provider import FakeProviderServer
+
+HI = [{"role": "user", "content": "hi"}]
+#: A genuine limit: the request bucket is empty for two hours.
+GENUINE = {"status": 429, "headers": {"x-ratelimit-remaining-requests": "0",
+                                      "x-ratelimit-limit-requests": "500",
+                                      "x-ratelimit-reset-requests": "2h0m0s",
+                                      "retry-after": "7200"}}
+#: A transient limit: a bare 429 saying "wait 2 s", no bucket out.
+TRANSIENT = {"status": 429, "headers": {"retry-after": "2",
+                                        "x-ratelimit-remaining-requests": "5",
+                                        "x-ratelimit-reset-requests": "2s"}}
+REVOKED = {"status": 401, "error_code": "invalid_api_key",
+           "error_message": "Incorrect API key provided: sk-te****. You can find your API "
+                            "key at https://platform.openai.com/account/api-keys."}
+
+
+class Daemons:
+    """Start daemons on one log and one fake clock; every one is stopped at the end."""
+
+    def __init__(self, tmp_path: Path, fake: FakeProviderServer) -> None:
+        self.tmp_path, self.fake = tmp_path, fake
+        self.clock = FakeClock(datetime(2026, 12, 2, 12, 0, tzinfo=UTC))
+        self.made: list[InProcessDaemon] = []
+        self.keys: dict[str, str] | None = None
+
+    def start(self, extra_keys: dict[str, str] | None = None,
+              provider_extra: str = "") -> InProcessDaemon:
+        daemon = InProcessDaemon(self.tmp_path / "events.db", self.fake, clock=self.clock)
+        if self.keys is None:
+            self.keys = {**daemon.keys, **(extra_keys or {})}
+        daemon.keys = self.keys
+        text = config_text(self.fake.base_url, list(self.keys))
+        daemon.config = parse_config(text.replace(
+            'strategy = "round_robin"\n', f'strategy = "fill_first"\n{provider_extra}'))
+        self.made.append(daemon)
+        return daemon.start()
+
+    def key(self, name: str) -> str:
+        assert self.keys is not None
+        return self.keys[name]
+
+    def steer(self, name: str, options: dict[str, Any]) -> None:
+        self.fake.state.by_key[self.key(name)] = options
+
+    def used(self) -> list[str]:
+        """The key names of the chat requests the upstream saw, in order."""
+        assert self.keys is not None
+        names = {v: k for k, v in self.keys.items()}
+        return [names.get(r.headers.get("authorization", "").removeprefix("Bearer "), "?")
+                for r in self.fake.state.snapshot() if r.path == "/v1/chat/completions"]
+
+    def stop(self) -> None:
+        for daemon in self.made:
+            daemon.stop()
+
+
+@pytest.fixture
+def daemons(tmp_path: Path, fake: FakeProviderServer) -> Iterator[Daemons]:
+    made = Daemons(tmp_path, fake)
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+def ask(daemon: InProcessDaemon, session: str = "s", **kwargs: Any) -> Any:
+    with daemon.openai(session=session) as client:
+        return client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=HI, **kwargs)  # type: ignore[arg-type]
+
+
+def completions(daemon: InProcessDaemon, session: str = "s") -> list[CallCompleted]:
+    events = [CODEC.decode(e.type, e.data)
+              for e in daemon.runtime.log.read_stream(f"session-{session}")]
+    return [e for e in events if isinstance(e, CallCompleted)]
+
+
+def states(daemon: InProcessDaemon) -> list[KeyStateChanged]:
+    events = [CODEC.decode(e.type, e.data)
+              for e in daemon.runtime.log.read_stream("credentials-fake")]
+    return [e for e in events if isinstance(e, KeyStateChanged)]
+
+
+def test_a_long_429_fails_over_and_the_key_rests_until_its_reset(daemons: Daemons) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", GENUINE)
+    raw = ask(daemon)
+    assert raw.http_response.status_code == 200 and raw.parse().choices
+    assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B"]
+    [done] = completions(daemon)
+    a, b = fingerprint(daemons.key("FAKE_KEY_A")), fingerprint(daemons.key("FAKE_KEY_B"))
+    assert done.credential == b and done.status == 200
+    assert [(t.credential, t.status, t.error_class) for t in done.attempts] == [
+        (a, 429, "rate_limit")]
+    [bench] = states(daemon)
+    assert (bench.fingerprint, bench.state, bench.reason) == (a, "exhausted", "genuine_limit")
+    assert bench.until == "2026-12-02T14:00:00.000+00:00"
+    # A is not used again until its reset, by any session — fill_first would pick it.
+    daemons.fake.state.by_key.clear()
+    for session in ("s", "other"):
+        ask(daemon, session)
+    assert daemons.used()[2:] == ["FAKE_KEY_B", "FAKE_KEY_B"]
+    daemons.clock.advance(2 * 3600)
+    ask(daemon)
+    assert daemons.used()[-1] == "FAKE_KEY_A"
+
+
+def test_a_genuine_limit_survives_a_restart_and_the_other_key_serves(
+    daemons: Daemons
+) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", GENUINE)
+    ask(daemon)
+    daemon.stop()
+    daemons.fake.state.by_key.clear()
+    again = daemons.start()
+    ask(again, "after")
+    assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B", "FAKE_KEY_B"]
+
+
+def test_a_402_on_a_key_shared_by_two_entries_benches_both(daemons: Daemons,
+                                                           tmp_path: Path) -> None:
+    daemon = daemons.start()
+    assert daemons.keys is not None
+    daemon.stop()
+    # A third entry holding A's secret, placed first: fill_first would pick it next.
+    daemons.keys = {"FAKE_KEY_A2": daemons.key("FAKE_KEY_A"), **daemons.keys}
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", {"status": 402, "error_code": "insufficient_quota",
+                                 "error_message": "You exceeded your current quota"})
+    raw = ask(daemon)
+    assert raw.http_response.status_code == 200
+    daemons.fake.state.by_key.clear()
+    ask(daemon)
+    ask(daemon)
+    used = daemons.used()
+    assert used[0] in ("FAKE_KEY_A", "FAKE_KEY_A2") and used[1:] == ["FAKE_KEY_B"] * 3
+    [bench] = states(daemon)
+    assert (bench.state, bench.reason, bench.status) == ("exhausted", "billing", 402)
+
+
+def test_a_revoked_key_is_dead_and_never_tried_again(daemons: Daemons) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", REVOKED)
+    ask(daemon)
+    daemons.clock.advance(30 * 24 * 3600)  # time does not revive a dead key
+    daemons.fake.state.by_key.clear()
+    ask(daemon)
+    assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B", "FAKE_KEY_B"]
+    [dead] = states(daemon)
+    assert (dead.state, dead.reason, dead.status) == ("dead", "auth_revoked", 401)
+
+
+def test_every_key_limited_fails_fast_with_a_truthful_retry_after(daemons: Daemons) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", GENUINE)
+    daemons.steer("FAKE_KEY_B", GENUINE)
+    with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError) as relayed:
+        client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
+    # Both keys were tried; the last answer is relayed with its class.
+    assert relayed.value.response.headers["x-sessionwarden-error-class"] == "rate_limit"
+    assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B"]
+    daemons.clock.advance(60)
+    with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError) as fast:
+        client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
+    assert fast.value.body["code"] == "keys_benched"  # type: ignore[index]
+    assert int(fast.value.response.headers["retry-after"]) == 7200 - 60
+    assert "provider 'fake'" in fast.value.message and "retry in 7140 s" in fast.value.message
+    assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B"]  # nothing reached the upstream
+    refused = completions(daemon)[-1]
+    assert refused.outcome == "no_credential"
+
+
+def test_a_transient_429_rests_the_keys_briefly(daemons: Daemons) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", TRANSIENT)
+    daemons.steer("FAKE_KEY_B", TRANSIENT)
+    with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
+    cooled = states(daemon)
+    assert {(e.state, e.reason) for e in cooled} == {("cooling", "transient_limit")}
+    assert all(e.until == "2026-12-02T12:00:02.000+00:00" for e in cooled)
+    daemons.fake.state.by_key.clear()
+    daemons.clock.advance(3)
+    raw = ask(daemon)  # 3 s later the provider works again
+    assert raw.http_response.status_code == 200
+
+
+def test_with_every_key_benched_the_breaker_lets_one_probe_through_at_the_reset(
+    daemons: Daemons
+) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", TRANSIENT)
+    daemons.steer("FAKE_KEY_B", TRANSIENT)
+    with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
+    opened = [e for e in (CODEC.decode(r.type, r.data)
+                          for r in daemon.runtime.log.read_stream("ratelimits-fake"))
+              if type(e).__name__ == "BreakerChanged"]
+    assert [(e.state, e.reason) for e in opened] == [("open", "no_usable_key")]
+    daemons.fake.state.by_key.clear()
+    daemons.clock.advance(2)
+    assert ask(daemon).http_response.status_code == 200  # the probe
+    assert ask(daemon).http_response.status_code == 200  # closed again
+
+
+def test_shared_limits_bench_the_whole_pool(daemons: Daemons) -> None:
+    daemon = daemons.start(provider_extra="shared_limits = true\n")
+    daemons.steer("FAKE_KEY_A", GENUINE)
+    with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError) as caught:
+        client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
+    # One genuine limit on the account benched B too: nothing more was sent.
+    assert daemons.used() == ["FAKE_KEY_A"]
+    assert caught.value.response.headers["x-sessionwarden-error-class"] == "rate_limit"
+    assert {(e.state, e.reason) for e in states(daemon)} == {
+        ("exhausted", "genuine_limit"), ("exhausted", "shared_limit")}
+
+
+def test_a_stream_fails_over_before_its_first_byte(daemons: Daemons) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", GENUINE)
+    with daemon.openai(session="s") as client:
+        chunks = list(client.chat.completions.create(
+            model=MODEL, messages=HI, stream=True))  # type: ignore[arg-type]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B"]
