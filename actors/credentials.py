@@ -31,12 +31,13 @@ every lease of it is granted, with no secret and no fingerprint.
 """
 
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from loguru import logger
 from sessionwarden.actors.bridge import PENDING, GovernedActor, Reply
 from sessionwarden.actors.errors import ActorCrash
-from sessionwarden.actors.key_health import ProviderHealth
+from sessionwarden.actors.key_health import OPERATOR, ProviderHealth, operator_event
 from sessionwarden.actors.messages import (
     KeyFailed,
     Lease,
@@ -57,16 +58,30 @@ from sessionwarden.events import (
     Event,
     KeyStateChanged,
 )
-from sessionwarden.redact import default_redactor
+from sessionwarden.redact import default_redactor, fingerprint
 from sessionwarden.store import ANY, EventLog, StreamAppend
 from sessionwarden.store.errors import StoreError
 from sessionwarden.store.writer import AppendRequest
 
-__all__ = ["KEY_EVENT_TAGS", "CredentialPoolActor", "credentials_stream"]
+__all__ = ["KEY_EVENT_TAGS", "POLL_INTERVAL_S", "CredentialPoolActor", "credentials_stream"]
 
 
 #: The stored tags of a key's health transitions (read back at start).
 KEY_EVENT_TAGS = CODEC.tags_of(KeyStateChanged) | CODEC.tags_of(CredentialRemoved)
+_HEALTH_TAGS = KEY_EVENT_TAGS | CODEC.tags_of(BreakerChanged) | CODEC.tags_of(CredentialAdded)
+#: How often the lease path looks for the operator's changes in the log, in seconds.
+POLL_INTERVAL_S = 0.5
+
+
+def _operator_keys(history: list[Event]) -> dict[str, str]:
+    """The keys ``keys add`` put in the pool and nothing removed since: ``{fp: ref}``."""
+    keys: dict[str, str] = {}
+    for event in history:
+        if isinstance(event, CredentialAdded) and event.source == OPERATOR:
+            keys[event.fingerprint] = event.ref
+        elif isinstance(event, CredentialRemoved):
+            keys.pop(event.fingerprint, None)
+    return keys
 
 
 def credentials_stream(provider: str) -> str:
@@ -101,6 +116,9 @@ class CredentialPoolActor(GovernedActor):
         super().__init__(on_failure)
         self._clock = clock or SystemClock()
         self._health: dict[str, ProviderHealth] = {}
+        #: Per stream, the last version read; per provider, when the log was last polled.
+        self._seen: dict[str, int] = {}
+        self._polled: dict[str, float] = {}
         self._log = log
         self._providers = list(providers)
         self._environ = dict(environ)
@@ -121,15 +139,21 @@ class CredentialPoolActor(GovernedActor):
         return recorded
 
     def on_start(self) -> None:
-        """Resolve keys and reconcile the configuration with the recorded pool."""
+        """Resolve keys and reconcile the configuration with the recorded pool.
+
+        Keys an operator added with ``keys add`` are the operator's: they stay in the
+        pool (resolved from this process's environment) though the config omits them.
+        """
         recorded = self.load()
         appends: list[StreamAppend] = []
         for provider in self._providers:
             pool = Pool(provider.strategy, provider.max_concurrent_leases)
             self._pools[provider.name] = pool
             health = ProviderHealth(provider.name, provider.shared_limits)
-            health.recover(self._recorded_health(provider.name))
+            history = self._recorded_health(provider.name)
+            health.recover(history)
             self._health[provider.name] = health
+            self._polled[provider.name] = time.monotonic()
             known = recorded.pop(provider.name, {})
             problems: list[str] = []
             for ref in provider.keys:
@@ -138,13 +162,16 @@ class CredentialPoolActor(GovernedActor):
                     key = KeyState(ref, secret)
                     key.leases = known.get(key.fingerprint, ("", 0))[1]
                     pool.keys.append(key)
+            added = _operator_keys(history)
+            for fp, ref in added.items():
+                self._take(provider.name, ref, fp, known.get(fp, ("", 0))[1])
             if not provider.simulated:  # keyless by design: nothing to report
                 self._report(provider, len(pool.keys), problems)
             events: list[Event] = [
                 CredentialAdded(provider=provider.name, ref=k.ref, fingerprint=k.fingerprint)
                 for k in pool.keys if k.fingerprint not in known
             ]
-            configured = {k.fingerprint for k in pool.keys}
+            configured = {k.fingerprint for k in pool.keys} | set(added)
             events += [
                 CredentialRemoved(provider=provider.name, fingerprint=fp, reason="not configured")
                 for fp in known if fp not in configured
@@ -162,13 +189,64 @@ class CredentialPoolActor(GovernedActor):
         if appends:
             self._log.append_batch(appends)
 
+    def _take(self, provider: str, ref: str, fp: str, leases: int = 0) -> bool:
+        """Add the operator's key ``ref`` to ``provider``'s pool if it resolves to ``fp``.
+
+        The ``keys`` command fingerprinted the key in its own shell; this process may see
+        another value under the same name, which must not be taken for it.
+        """
+        pool = self._pools[provider]
+        if fp in pool.fingerprints():
+            return True
+        problems: list[str] = []
+        secret = self._resolve(ref, problems)
+        if secret is None or fingerprint(secret) != fp:
+            why = "; ".join(problems) or f"{ref} holds another key in the daemon's environment"
+            logger.warning("provider {}: the key {} added with `keys add` is not used: {}",
+                           provider, fp, why)
+            return False
+        pool.keys.append(KeyState(ref, secret, leases))
+        return True
+
+    def _poll(self, provider: str) -> None:
+        """Take the operator's changes (``keys``/``breaker`` commands) from the log.
+
+        Checked on the lease path at most every :data:`POLL_INTERVAL_S`, so a command
+        takes effect in a running daemon within a second; the pool's own events, read
+        back too, are already folded and skipped.
+        """
+        now = time.monotonic()
+        if now - self._polled.get(provider, 0.0) < POLL_INTERVAL_S:
+            return
+        self._polled[provider] = now
+        health = self._health[provider]
+        for stream in (credentials_stream(provider), f"ratelimits-{provider}"):
+            for record in self._log.read_stream(stream, self._seen.get(stream, 0)):
+                self._seen[stream] = record.version
+                if record.type not in _HEALTH_TAGS:
+                    continue
+                event = CODEC.decode(record.type, record.data)
+                if not operator_event(event):
+                    continue
+                logger.info("provider {}: taking the operator's {}", provider, record.type)
+                if isinstance(event, CredentialAdded):
+                    self._take(provider, event.ref, event.fingerprint)
+                elif isinstance(event, CredentialRemoved):
+                    pool = self._pools[provider]
+                    pool.keys = [k for k in pool.keys if k.fingerprint != event.fingerprint]
+                health.fold(event)
+
     def _recorded_health(self, provider: str) -> list[Event]:
-        """The provider's key transitions and breaker changes, in the order recorded."""
-        wanted = CODEC.tags_of(BreakerChanged) | KEY_EVENT_TAGS
+        """The provider's keys, their transitions and breaker changes, in recorded order.
+
+        Notes each stream's head: :meth:`_poll` reads from there.
+        """
         found = []
         for stream in (credentials_stream(provider), f"ratelimits-{provider}"):
-            found += [(r.seq, CODEC.decode(r.type, r.data))
-                      for r in self._log.read_stream(stream) if r.type in wanted]
+            for r in self._log.read_stream(stream):
+                self._seen[stream] = r.version
+                if r.type in _HEALTH_TAGS:
+                    found.append((r.seq, CODEC.decode(r.type, r.data)))
         return [event for _, event in sorted(found, key=lambda item: item[0])]
 
     def _resolve(self, ref: str, problems: list[str]) -> str | None:
@@ -210,6 +288,7 @@ class CredentialPoolActor(GovernedActor):
                 why = self._unusable.get(message.provider)
                 raise NoCredential(f"provider {message.provider!r} has no usable key"
                                    + (f": {why}" if why else ""))
+            self._poll(message.provider)
             allowed = self._health[message.provider].allowed(
                 pool.fingerprints(), message.exclude, self._clock.now())
             key: KeyState = pool.lease(self._rng, allowed)

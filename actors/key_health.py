@@ -32,9 +32,28 @@ from sessionwarden.domain.key_states import (
     on_success,
     usable,
 )
-from sessionwarden.events import Event
+from sessionwarden.events import (
+    BreakerChanged,
+    CredentialAdded,
+    CredentialRemoved,
+    Event,
+    KeyStateChanged,
+)
 
-__all__ = ["ProviderHealth"]
+__all__ = ["OPERATOR", "ProviderHealth", "operator_event"]
+
+#: The reason (and source) of every event the ``keys``/``breaker`` commands write: a
+#: running pool takes events so marked from the log (its own it has already folded).
+OPERATOR = "operator"
+
+
+def operator_event(event: Event) -> bool:
+    """Whether ``event`` was written by an operator's command, not by the pool itself."""
+    if isinstance(event, CredentialAdded):
+        return event.source == OPERATOR
+    if isinstance(event, CredentialRemoved | KeyStateChanged | BreakerChanged):
+        return event.reason == OPERATOR
+    return False
 
 
 class ProviderHealth:

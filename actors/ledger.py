@@ -59,15 +59,13 @@ from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.spend_caps import session_budget
 from sessionwarden.domain.worst_case import call_worst_case, output_bound, requested_max_tokens
-from sessionwarden.events import CODEC, SessionCapSet
+from sessionwarden.events import BUDGETS_STREAM, CODEC, SessionCapSet
 from sessionwarden.store import ANY, EventLog, StreamAppend
 from sessionwarden.store.errors import StoreError
 from sessionwarden.store.writer import AppendRequest
 
-__all__ = ["BUDGETS_STREAM", "UsageLedgerActor", "caps_of"]
+__all__ = ["UsageLedgerActor", "caps_of"]
 
-#: The stream of the ledger's own facts (a session's cap set through the control API).
-BUDGETS_STREAM = "budgets"
 
 
 def caps_of(config: Config, overrides: dict[str, Decimal | None]) -> Caps:

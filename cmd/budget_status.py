@@ -11,11 +11,10 @@ in a log; a call of unknown cost counts $0 and in ``unknown_calls``, as at a res
 
 from decimal import Decimal
 
-from sessionwarden.actors.ledger import BUDGETS_STREAM
 from sessionwarden.config import Config
 from sessionwarden.domain.budgets import Tally
 from sessionwarden.domain.spend_caps import SessionBudget, budget_of
-from sessionwarden.events import CODEC, SessionCapSet
+from sessionwarden.events import BUDGETS_STREAM, CODEC, SessionCapSet
 from sessionwarden.store import EventLog
 
 __all__ = ["read_budget"]

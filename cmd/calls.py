@@ -71,7 +71,8 @@ class ProxiedCall:
     """
 
     __slots__ = ("attempts", "call_id", "error_class", "lease", "model", "provider",
-                 "recorded", "sent_at", "session_id", "started", "stream", "tried")
+                 "recorded", "released", "sent_at", "session_id", "started", "stream",
+                 "tried")
 
     def __init__(self, session_id: str, provider: ProviderConfig, model: str,
                  stream: bool) -> None:
@@ -82,6 +83,8 @@ class ProxiedCall:
         self.model = model
         self.stream = stream
         self.lease: Leased | None = None
+        #: Whether :attr:`lease` went back to the pool (a failover takes a new one).
+        self.released = False
         self.recorded = False
         self.started = time.perf_counter()
         #: When the request last went upstream (a success ends benches set before it).
@@ -191,8 +194,9 @@ def release_key(rt: Runtime, call: ProxiedCall, served: bool = False) -> None:
     ``served``: the upstream answered with that key (not a key failure), so a bench the
     key got before the call was sent is over.
     """
-    lease, call.lease = call.lease, None
-    if lease is not None:
+    lease = call.lease
+    if lease is not None and not call.released:
+        call.released = True
         try:
             rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint,
                                                served=served, sent_at=call.sent_at))

@@ -22,6 +22,7 @@ from typing import NoReturn, cast
 
 from sessionwarden import __version__
 from sessionwarden.cmd.cli_daemon import add_daemon_command
+from sessionwarden.cmd.cli_keys import add_keys_commands
 from sessionwarden.cmd.cli_log import add_log_commands
 from sessionwarden.cmd.cli_usage import add_usage_commands
 from sessionwarden.cmd.errors import CommandError, UsageError
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_daemon_command(sub)
     add_log_commands(sub)
     add_usage_commands(sub)
+    add_keys_commands(sub)
     return parser
 
 

@@ -274,7 +274,7 @@ async def _failed_over(rt: Runtime, call: ProxiedCall, response: UpstreamRespons
     release_key(rt, call)
     call.attempts.append(CallAttempt(credential=lease.fingerprint, status=response.status,
                                      error_class=found.error_class))
-    call.lease = following
+    call.lease, call.released = following, False
     logger.info("call {}: {} from key {}: failing over to key {}", call.call_id,
                 response.status, lease.fingerprint, following.fingerprint)
     return True

@@ -9,7 +9,7 @@ them, and those are refused when opened, so the codec does not read them.
 """
 
 from sessionwarden.events.base import Event, parse_tag
-from sessionwarden.events.budgets import SessionCapSet
+from sessionwarden.events.budgets import BUDGETS_STREAM, SessionCapSet
 from sessionwarden.events.codec import EncodedEvent, EventCodec, Upcaster
 from sessionwarden.events.context import (
     CompactionRequested,
@@ -44,6 +44,7 @@ from sessionwarden.events.store_events import STORE_UPCASTERS, WalCheckpointed
 
 __all__ = [
     "ALL_EVENTS",
+    "BUDGETS_STREAM",
     "CODEC",
     "CREDENTIAL_UPCASTERS",
     "OUTCOMES",

@@ -12,7 +12,10 @@ from typing import ClassVar
 
 from sessionwarden.events.base import Event
 
-__all__ = ["SessionCapSet"]
+__all__ = ["BUDGETS_STREAM", "SessionCapSet"]
+
+#: The stream of the spend caps' own facts, owned by the UsageLedgerActor.
+BUDGETS_STREAM = "budgets"
 
 
 class SessionCapSet(Event, frozen=True):

@@ -6,6 +6,7 @@ upstream errors that echo the Authorization header back. Everything a user or op
 could see is collected and searched for the keys (and fragments of them).
 """
 
+import json
 import secrets
 import shutil
 from pathlib import Path
@@ -71,6 +72,11 @@ def _traffic(daemon: Daemon, seen: Collector, run: str) -> None:
         bodies.append((f"echo-stream-{status}",
                        chat_body(stream=True, fake={"status": status, "echo_key": True})))
     bodies.append(("echo-header", chat_body()))
+    # First, while every key is usable: the 401s, 403s and 429s below bench them.
+    with daemon.openai(session=f"canary-sdk-{run}") as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": "sdk"}])
+        seen.response(f"{run} sdk", raw.http_response)
     with daemon.http() as http:
         for label, body in bodies:
             headers = {"X-Session-Id": f"canary-{run}"}
@@ -82,7 +88,12 @@ def _traffic(daemon: Daemon, seen: Collector, run: str) -> None:
                 resp = http.post("/v1/chat/completions", json=body, headers=headers)
             seen.response(f"{run} {label}", resp)
             if label.startswith("echo"):
-                assert resp.status_code >= 400 and b"Incorrect API key" in resp.content
+                # Relayed from the upstream, or refused by the daemon once a 401/403/429
+                # benched both keys: either way an error, and never a key in it.
+                benched = b'"code":"keys_benched"' in resp.content \
+                    or b'"code":"no_usable_key"' in resp.content
+                assert resp.status_code >= 400
+                assert benched or b"Incorrect API key" in resp.content
         seen.response(f"{run} models", http.get("/v1/models"))
         seen.response(f"{run} healthz", http.get("/healthz"))
         with http.stream("POST", "/v1/chat/completions",
@@ -90,10 +101,6 @@ def _traffic(daemon: Daemon, seen: Collector, run: str) -> None:
                                                            "chunk_delay_ms": 20})) as resp:
             first = next(resp.iter_raw())
         seen.add(f"{run} disconnected stream", first)
-    with daemon.openai(session=f"canary-sdk-{run}") as client:
-        raw = client.chat.completions.with_raw_response.create(
-            model=MODEL, messages=[{"role": "user", "content": "sdk"}])
-        seen.response(f"{run} sdk", raw.http_response)
 
 
 _EVERY_FORM = (("events", "--json"), ("events",), ("replay", "--verify", "--json"),
@@ -123,6 +130,12 @@ def test_canary_keys_never_leak(
     _cli(first, seen, "text")
     seen.files("db dir while running (text)", db_dir)
     assert first.stop() == 0
+    # The keys the errors benched (401: dead), listed and reset by hand, daemon stopped.
+    _cli(first, seen, "keys", (("keys", "list"), ("keys", "list", "--json"),
+                                ("breaker", "list")))
+    listed = json.loads(first.cli("keys", "list", "--json").stdout)
+    for key in listed:
+        seen.add("keys reset", first.cli("keys", "reset", "fake", key["fingerprint"]).stdout)
 
     # Run 2: JSON logs, same database; killed with SIGKILL so the WAL stays behind.
     second = daemon_factory(keys=keys, args=["--log-json", "--log-level", "DEBUG"],
@@ -171,8 +184,10 @@ def test_error_bodies_name_the_key_by_fingerprint(
         resp = http.post("/v1/chat/completions",
                          json=chat_body(fake={"status": status, "echo_key": True}))
     assert resp.status_code == status
-    assert fingerprint(keys["FAKE_KEY_A"]) in resp.text
-    assert keys["FAKE_KEY_A"] not in resp.text
+    # A 401 is the key's own failure: it failed over, and B's answer was relayed.
+    relayed = keys["FAKE_KEY_B" if status == 401 else "FAKE_KEY_A"]
+    assert fingerprint(relayed) in resp.text
+    assert keys["FAKE_KEY_A"] not in resp.text and keys["FAKE_KEY_B"] not in resp.text
 
 
 def test_an_upstream_echoing_the_key_in_a_good_answer_never_gets_it_to_the_client(

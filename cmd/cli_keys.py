@@ -1,0 +1,215 @@
+"""``sessionwarden keys`` and ``sessionwarden breaker``: the key pool and the breaker by hand.
+
+- ``keys list [--json]``: every key recorded for each provider — fingerprint, reference
+  (``env:NAME``), state now (``ok``, ``cooling``, ``exhausted``, ``dead``, ``removed``),
+  until when, the last error class that benched it, its status, the calls it served.
+  Never a secret: the log holds none.
+- ``keys add PROVIDER env:NAME``: a key joins the provider's pool. The reference is
+  resolved in this shell to fingerprint it; the daemon resolves it in its own
+  environment and takes it only if it holds the same key.
+- ``keys remove PROVIDER FP`` and ``keys reset PROVIDER FP`` (a benched or dead key back
+  to ``ok``).
+- ``breaker list [--json]`` and ``breaker reset PROVIDER``.
+
+Each change is an event appended to the provider's stream (``credentials-<provider>``,
+``ratelimits-<provider>``), so it works with the daemon stopped, and a running daemon
+takes it within a second (its pool reads operator events on its lease path). The
+decisions are the domain's (``domain.key_states``, ``domain.breaker``), folded here as
+the pool folds them.
+"""
+
+import argparse
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sessionwarden.actors.key_health import OPERATOR, ProviderHealth
+from sessionwarden.cmd.errors import CommandError, UsageError
+from sessionwarden.cmd.terminal import printable
+from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.config import ConfigError, resolve_key
+from sessionwarden.domain.breaker import reset as reset_breaker
+from sessionwarden.domain.key_states import format_time
+from sessionwarden.events import (
+    CODEC,
+    BreakerChanged,
+    CredentialAdded,
+    CredentialRemoved,
+    Event,
+    KeyStateChanged,
+)
+from sessionwarden.redact import fingerprint
+from sessionwarden.store import ANY, EventLog, NewEvent, StreamAppend
+
+__all__ = ["add_keys_commands", "provider_events"]
+
+_TAGS = (CODEC.tags_of(KeyStateChanged) | CODEC.tags_of(BreakerChanged)
+         | CODEC.tags_of(CredentialAdded) | CODEC.tags_of(CredentialRemoved))
+
+
+def add_keys_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Register ``keys`` and ``breaker`` on the CLI's subparsers."""
+    p = sub.add_parser("keys", help="the provider keys: list, add, remove, reset")
+    p.add_argument("action", choices=("list", "add", "remove", "reset"))
+    p.add_argument("provider", nargs="?", help="the provider (add, remove, reset)")
+    p.add_argument("key", nargs="?", help="env:NAME (add) or a fingerprint (remove, reset)")
+    p.add_argument("--json", action="store_true", help="list: print a JSON list")
+    p.set_defaults(run=run_keys)
+    p = sub.add_parser("breaker", help="the providers' breakers: list, reset")
+    p.add_argument("action", choices=("list", "reset"))
+    p.add_argument("provider", nargs="?", help="the provider (reset)")
+    p.add_argument("--json", action="store_true", help="list: print a JSON list")
+    p.set_defaults(run=run_breaker)
+
+
+def provider_events(log: EventLog, provider: str) -> list[Event]:
+    """The provider's pool and breaker events, in the order they were recorded."""
+    found: list[tuple[int, Event]] = []
+    for stream in (f"credentials-{provider}", f"ratelimits-{provider}"):
+        found += [(r.seq, CODEC.decode(r.type, r.data))
+                  for r in log.read_stream(stream) if r.type in _TAGS]
+    return [event for _, event in sorted(found, key=lambda item: item[0])]
+
+
+def _providers(log: EventLog) -> list[str]:
+    rows = log.read_connection().execute(
+        "SELECT name FROM streams WHERE name LIKE 'credentials-%' OR name LIKE 'ratelimits-%'")
+    return sorted({str(name).split("-", 1)[1] for (name,) in rows})
+
+
+class _Pool:
+    """One provider as the log has it: its keys (active or removed) and their health."""
+
+    def __init__(self, log: EventLog, provider: str) -> None:
+        self.provider = provider
+        self.health = ProviderHealth(provider)
+        self.keys: dict[str, dict[str, Any]] = {}
+        for event in provider_events(log, provider):
+            self.health.fold(event)
+            if isinstance(event, CredentialAdded):
+                self.keys[event.fingerprint] = {"ref": event.ref, "active": True}
+            elif isinstance(event, CredentialRemoved) and event.fingerprint in self.keys:
+                self.keys[event.fingerprint]["active"] = False
+
+    def active(self) -> list[str]:
+        return [fp for fp, key in self.keys.items() if key["active"]]
+
+
+def _rows(log: EventLog, now: datetime) -> list[dict[str, Any]]:
+    served = {(str(p), str(fp)): (int(calls), status) for p, fp, calls, status in
+              log.read_connection().execute(
+                  "SELECT provider, fingerprint, calls, last_status FROM view_credentials")}
+    rows = []
+    for provider in _providers(log):
+        pool = _Pool(log, provider)
+        for fp, key in pool.keys.items():
+            health = pool.health.keys.get(fp)
+            state = health.effective(now) if key["active"] else "removed"
+            until = health.benched_until(now) if key["active"] else None
+            calls, status = served.get((provider, fp), (0, None))
+            rows.append({
+                "provider": provider, "fingerprint": fp, "ref": key["ref"], "state": state,
+                "until": None if until is None else format_time(until),
+                "last_error": health.reason if health.state != "ok" else "",
+                "last_status": health.status if health.status is not None else status,
+                "calls": calls,
+            })
+    return rows
+
+
+def _append(db: Path, provider: str, events: list[Event]) -> None:
+    if not events:
+        return
+    encoded = {s: [] for s in ("credentials", "ratelimits")}  # type: dict[str, list[NewEvent]]
+    for event in events:
+        data = CODEC.encode(event)
+        part = "ratelimits" if isinstance(event, BreakerChanged) else "credentials"
+        encoded[part].append(NewEvent(data.type, data.data, data.schema_version))
+    with EventLog(db, projections=default_projections()) as log:
+        log.append_batch([StreamAppend(f"{name}-{provider}", tuple(found), ANY)
+                          for name, found in encoded.items() if found])
+
+
+def run_keys(args: argparse.Namespace, db: Path) -> int:
+    """Run ``keys list|add|remove|reset``."""
+    now = datetime.now(UTC)
+    if args.action == "list":
+        with EventLog(db, readonly=True) as log:
+            rows = _rows(log, now)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        if not rows:
+            print("no keys recorded")
+        for r in rows:
+            until = f" until {r['until']}" if r["until"] else ""
+            why = f" ({printable(r['last_error'])}, {r['last_status']})" if r["last_error"] else ""
+            print(f"{printable(r['provider'])} {r['fingerprint']} {printable(r['ref'])}: "
+                  f"{r['state']}{until}{why}; {r['calls']} calls")
+        return 0
+    if not args.provider or not args.key:
+        raise UsageError(f"keys {args.action} needs a provider and a key")
+    with EventLog(db, readonly=True) as log:
+        pool = _Pool(log, args.provider)
+    if not pool.keys and args.action != "add":
+        raise CommandError(f"no provider {args.provider!r} in the log (keys list shows them)")
+    if args.action == "add":
+        try:
+            secret = resolve_key(args.key, dict(os.environ))
+        except ConfigError as exc:
+            raise UsageError(f"{exc} (expected env:NAME, set in this shell)") from None
+        fp = fingerprint(secret)
+        if fp in pool.active():
+            print(f"{args.provider} {fp}: already in the pool")
+            return 0
+        _append(db, args.provider, [CredentialAdded(provider=args.provider, ref=args.key,
+                                                    fingerprint=fp, source=OPERATOR)])
+        print(f"{args.provider} {fp} {args.key}: added")
+        return 0
+    fp = args.key
+    if fp not in pool.active():
+        raise CommandError(f"no key {fp!r} in provider {args.provider!r} (keys list shows them)")
+    if args.action == "remove":
+        _append(db, args.provider, [CredentialRemoved(provider=args.provider, fingerprint=fp,
+                                                      reason=OPERATOR)])
+        print(f"{args.provider} {fp}: removed")
+        return 0
+    events = pool.health.reset(pool.active(), fp, now)
+    events = [_as_operator(e) for e in events]
+    _append(db, args.provider, events)
+    print(f"{args.provider} {fp}: ok" + ("" if events else " (it was)"))
+    return 0
+
+
+def _as_operator(event: Event) -> Event:
+    if isinstance(event, KeyStateChanged | BreakerChanged):
+        return type(event)(**{**{f: getattr(event, f) for f in event.__struct_fields__},
+                              "reason": OPERATOR})
+    return event
+
+
+def run_breaker(args: argparse.Namespace, db: Path) -> int:
+    """Run ``breaker list|reset``."""
+    now = datetime.now(UTC)
+    with EventLog(db, readonly=True) as log:
+        pools = {p: _Pool(log, p) for p in _providers(log)}
+    if args.action == "list":
+        rows: list[dict[str, Any]] = [{"provider": p, "state": pool.health.breaker.mode(now),
+                 "until": None if pool.health.breaker.until is None
+                 else format_time(pool.health.breaker.until),
+                 "reason": pool.health.breaker.reason} for p, pool in pools.items()]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        for r in rows if not args.json else []:
+            until = f" until {r['until']}" if r["until"] and r["state"] != "closed" else ""
+            print(f"{printable(str(r['provider']))}: {r['state']}{until}"
+                  + (f" ({r['reason']})" if r["state"] != "closed" else ""))
+        return 0
+    if not args.provider or args.provider not in pools:
+        raise UsageError("breaker reset needs a provider recorded in the log")
+    events = [_as_operator(e) for e in reset_breaker(pools[args.provider].health.breaker)]
+    _append(db, args.provider, list(events))
+    print(f"{args.provider}: closed" + ("" if events else " (it was)"))
+    return 0

@@ -1,0 +1,132 @@
+"""``sessionwarden keys`` and ``breaker``: read the pool from the log, change it by hand.
+
+Against a running in-process daemon (a change takes effect within a second) and with the
+daemon stopped (the next start takes it). The fake upstream is steered per key.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from sessionwarden.cmd.main import main
+from sessionwarden.redact import fingerprint
+
+from tests.cmd.key_fixtures import GENUINE, TRANSIENT, Daemons, ask
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def keys_json(capsys: pytest.CaptureFixture[str], db: Path) -> dict[str, dict[str, object]]:
+    code, out, _ = run(capsys, "keys", "list", "--json", "--db", str(db))
+    assert code == 0
+    return {str(r["fingerprint"]): r for r in json.loads(out)}
+
+
+def test_keys_list_shows_each_keys_state_and_never_a_secret(
+    daemons: Daemons, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", GENUINE)
+    ask(daemon)
+    a, b = fingerprint(daemons.key("FAKE_KEY_A")), fingerprint(daemons.key("FAKE_KEY_B"))
+    listed = keys_json(capsys, daemon.db)
+    assert (listed[a]["state"], listed[a]["last_error"], listed[a]["last_status"]) == (
+        "exhausted", "genuine_limit", 429)
+    assert listed[a]["ref"] == "env:FAKE_KEY_A" and listed[a]["until"]
+    assert (listed[b]["state"], listed[b]["calls"]) == ("ok", 1)
+    code, text, _ = run(capsys, "keys", "list", "--db", str(daemon.db))
+    assert code == 0 and f"fake {a} env:FAKE_KEY_A: exhausted until " in text
+    daemon.stop()
+    secrets = [daemons.key(k).encode() for k in ("FAKE_KEY_A", "FAKE_KEY_B")]
+    for path in daemon.db.parent.iterdir():
+        if path.is_file():
+            data = path.read_bytes()
+            assert not any(s in data for s in secrets), path
+    assert not any(s.decode() in text + json.dumps(listed) for s in secrets)
+
+
+def test_keys_reset_takes_effect_in_a_running_daemon_within_a_second(
+    daemons: Daemons, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", GENUINE)
+    ask(daemon)
+    daemons.fake.state.by_key.clear()
+    a = fingerprint(daemons.key("FAKE_KEY_A"))
+    code, out, _ = run(capsys, "keys", "reset", "fake", a, "--db", str(daemon.db))
+    assert code == 0 and out == f"fake {a}: ok\n"
+    time.sleep(0.6)  # the pool looks for the operator's changes every 0.5 s
+    ask(daemon)
+    assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B", "FAKE_KEY_A"]  # fill_first: A
+    assert keys_json(capsys, daemon.db)[a]["state"] == "ok"
+
+
+def test_keys_add_and_remove_reach_the_running_pool(
+    daemons: Daemons, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon = daemons.start(extra_keys={"FAKE_KEY_C": "sk-test-c-" + "7" * 16})
+    assert daemons.keys is not None
+    monkeypatch.setenv("FAKE_KEY_C", daemons.key("FAKE_KEY_C"))
+    daemons.steer("FAKE_KEY_A", TRANSIENT)
+    daemons.steer("FAKE_KEY_B", TRANSIENT)
+    c = fingerprint(daemons.key("FAKE_KEY_C"))
+    code, out, _ = run(capsys, "keys", "add", "fake", "env:FAKE_KEY_C", "--db", str(daemon.db))
+    assert code == 0 and out == f"fake {c} env:FAKE_KEY_C: added\n"
+    time.sleep(0.6)
+    ask(daemon)  # A and B are limited: the call ends on the operator's key C
+    assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B", "FAKE_KEY_C"]
+    code, _, _ = run(capsys, "keys", "remove", "fake", c, "--db", str(daemon.db))
+    assert code == 0 and keys_json(capsys, daemon.db)[c]["state"] == "removed"
+    daemons.clock.advance(3)
+    daemons.fake.state.by_key.clear()
+    time.sleep(0.6)
+    ask(daemon)
+    ask(daemon)
+    assert "FAKE_KEY_C" not in daemons.used()[3:]
+
+
+def test_a_reset_with_the_daemon_stopped_counts_at_the_next_start(
+    daemons: Daemons, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", GENUINE)
+    daemons.steer("FAKE_KEY_B", GENUINE)
+    with pytest.raises(Exception, match="429"):
+        ask(daemon)
+    daemon.stop()
+    _, out, _ = run(capsys, "breaker", "list", "--json", "--db", str(daemon.db))
+    [breaker] = json.loads(out)
+    assert (breaker["provider"], breaker["state"], breaker["reason"]) == (
+        "fake", "open", "no_usable_key")
+    b = fingerprint(daemons.key("FAKE_KEY_B"))
+    assert run(capsys, "keys", "reset", "fake", b, "--db", str(daemon.db))[0] == 0
+    daemons.fake.state.by_key.clear()
+    again = daemons.start()
+    assert ask(again).http_response.status_code == 200
+    assert daemons.used()[-1] == "FAKE_KEY_B"
+
+
+def test_bad_keys_commands_say_why_in_one_line(
+    daemons: Daemons, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon = daemons.start()
+    daemon.stop()
+    db = str(daemon.db)
+    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    for argv, code, words in (
+        (("keys", "reset", "fake", "fp:nope"), 1, "no key 'fp:nope'"),
+        (("keys", "reset", "ghost", "fp:nope"), 1, "no provider 'ghost'"),
+        (("keys", "reset", "fake"), 64, "needs a provider and a key"),
+        (("keys", "add", "fake", "env:NOT_SET_ANYWHERE"), 64, "NOT_SET_ANYWHERE"),
+        (("keys", "add", "fake", "sk-literal-key-000000000000"), 64, "env:NAME"),
+        (("breaker", "reset", "ghost"), 64, "breaker reset needs a provider"),
+    ):
+        got, out, err = run(capsys, *argv, "--db", db)
+        assert got == code, argv
+        assert out == "" and words in err and err.count("\n") == 1, (argv, err)
+        assert "Traceback" not in err and "sk-literal" not in err
