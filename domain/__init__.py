@@ -49,8 +49,12 @@ Each policy has its home here (modules marked *planned* arrive with their issue)
 ``credits``              credit notices: usage bands, grant spent, depleted/restored
 ``credit_events``        the credits tracker's state and notices as events; free models
 ``guardrails``           tool-loop guardrails (*planned*)
-``breaker``              the provider breaker: fail fast, one half-open probe (wiring *planned*)
-``classifier``           upstream errors into the recovery they need (*planned*)
+``breaker``              the provider breaker: fail fast, one half-open probe
+``classifier``           upstream errors into one class and the recovery they need
+                         (``classification``: the result; ``classifier_rules`` and
+                         ``classifier_limits``: the pipeline's steps; ``error_patterns``:
+                         the phrase lists, per provider; ``error_body``: reading a body)
+``failover``             a classified failure as the key's; whether to try another key
 ``errors``               the domain's errors
 =======================  ===========================================================
 """

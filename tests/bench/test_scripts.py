@@ -114,3 +114,10 @@ def test_pricing_prints_each_mode_against_decode() -> None:
     for mode in ("decode", "pricing", "reserve", "total", "compacted"):
         assert f"\n{mode} " in out
     assert "target: pricing + reservation (total) <= 50 µs per call:" in out
+
+
+def test_keys_prints_selection_classification_and_the_fast_refusal() -> None:
+    out = run_script(str(BENCH / "keys.py"), "--calls", "20", "--rounds", "1")
+    for line in ("select a key (every call)", "classify a 429 (failed calls only)",
+                 "plain proxied call", "refused, every key benched (not sent)"):
+        assert line in out
