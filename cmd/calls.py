@@ -71,8 +71,8 @@ class ProxiedCall:
     """
 
     __slots__ = ("attempts", "call_id", "error_class", "lease", "model", "provider",
-                 "recorded", "released", "sent_at", "session_id", "started", "stream",
-                 "tried")
+                 "recorded", "released", "retries", "sent_at", "session_id", "started",
+                 "stream", "tried")
 
     def __init__(self, session_id: str, provider: ProviderConfig, model: str,
                  stream: bool) -> None:
@@ -91,6 +91,8 @@ class ProxiedCall:
         self.sent_at: datetime | None = None
         #: The keys tried and failed over from, and each failed attempt.
         self.tried: list[str] = []
+        #: Retries of the same request after an overload, a 5xx or a timeout (at most 2).
+        self.retries = 0
         self.attempts: list[CallAttempt] = []
         #: The class of the last upstream error (``domain.classifier``), "" if none.
         self.error_class = ""

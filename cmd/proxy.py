@@ -23,6 +23,7 @@ When the client disconnects mid-stream, the upstream is drained (up to
 """
 
 import asyncio
+import random
 import re
 
 import aiohttp
@@ -44,7 +45,8 @@ from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.watch import ClientGone, ClientWatch
 from sessionwarden.config import UnknownModel
 from sessionwarden.domain.calls import CallAttempt, CallRequest
-from sessionwarden.domain.classifier import classify
+from sessionwarden.domain.classification import Classification, Transport
+from sessionwarden.domain.classifier import classify, retry_delay
 from sessionwarden.domain.errors import KeysBenched, NoCredential
 from sessionwarden.domain.failover import fails_over, key_failure
 from sessionwarden.domain.ratelimits import rate_limit_headers
@@ -60,6 +62,8 @@ __all__ = ["IMPLICIT_SESSION", "chat_completions"]
 IMPLICIT_SESSION = "implicit"
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 _CLIENT_WIRE = ChatCompletions()
+#: The retries' jitter (not a secret: only spreads the retries of many calls apart).
+_RNG = random.Random()
 _NOT_RECORDED = ("sessionwarden could not record this call (its event log or actors are "
                  "unavailable); the upstream may have processed it")
 
@@ -207,12 +211,18 @@ async def _attempt(
             "client_disconnected", error="the client left before the upstream answered"))
         return True
     except TimeoutError:
+        if await _retry_transport(rt, call, "timeout"):
+            return False
         await _fail(rt, call, send, "timeout", 504, "the upstream provider timed out")
         return True
     except aiohttp.ClientError as exc:
+        if await _retry_transport(rt, call, _transport(exc)):
+            return False
         reason = f"the upstream provider is unreachable ({type(exc).__name__})"
         await _fail(rt, call, send, "unreachable", 502, reason)
         return True
+    if response.status < 400:
+        call.error_class = ""  # the attempts that failed keep theirs
     try:
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if call.stream and response.status == 200 and is_sse:
@@ -264,7 +274,7 @@ async def _failed_over(rt: Runtime, call: ProxiedCall, response: UpstreamRespons
         logger.warning("call {}: key failure not recorded: {}", call.call_id, exc)
         return False
     if not fails_over(found):
-        return False
+        return await _retry(call, found, response.status)
     call.tried.append(lease.fingerprint)
     try:
         following = await ask(rt.ref("credentials"),
@@ -278,6 +288,54 @@ async def _failed_over(rt: Runtime, call: ProxiedCall, response: UpstreamRespons
     logger.info("call {}: {} from key {}: failing over to key {}", call.call_id,
                 response.status, lease.fingerprint, following.fingerprint)
     return True
+
+
+async def _retry(call: ProxiedCall, found: Classification, status: int) -> bool:
+    """Wait, then send again with the same key (True), if the class asks for a retry.
+
+    Overload, 5xx and timeouts only, before anything reached the client, at most
+    :data:`MAX_RETRIES` times per call, jittered (``domain.classifier.retry_delay``); a
+    longer ``Retry-After`` than a short wait means relay, not hold the client.
+    """
+    if found.recovery != "retry":
+        return False
+    delay = retry_delay(call.retries + 1, _RNG, found.reset_seconds)
+    if delay is None:
+        return False
+    call.retries += 1
+    assert call.lease is not None
+    call.attempts.append(CallAttempt(credential=call.lease.fingerprint, status=status,
+                                     error_class=found.error_class))
+    logger.info("call {}: {} ({}); retry {} in {:.2f} s", call.call_id, status or "no answer",
+                found.error_class, call.retries, delay)
+    await asyncio.sleep(delay)
+    return True
+
+
+def _transport(exc: aiohttp.ClientError) -> Transport:
+    """The kind of transport failure an aiohttp error is (for the classifier)."""
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "tls"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connect"
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        return "reset"
+    return "protocol"
+
+
+async def _retry_transport(rt: Runtime, call: ProxiedCall, transport: Transport) -> bool:
+    """No answer came: count it for the breaker and retry (bounded) when the class says so."""
+    now = rt.clock.now()
+    found = classify(0, {}, b"", now=now, transport=transport, provider=call.provider.name)
+    call.error_class = found.error_class
+    lease = call.lease
+    if lease is not None and lease.fingerprint:
+        try:
+            await ask(rt.ref("credentials"), KeyFailed(
+                lease.provider, lease.fingerprint, key_failure(found, 0, now)))
+        except (ActorUnavailable, StoreError) as exc:
+            logger.warning("call {}: failure not recorded: {}", call.call_id, exc)
+    return await _retry(call, found, 0)
 
 
 async def _relay_plain(

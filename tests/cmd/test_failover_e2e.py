@@ -169,3 +169,30 @@ def test_a_stream_fails_over_before_its_first_byte(daemons: Daemons) -> None:
             model=MODEL, messages=HI, stream=True))  # type: ignore[arg-type]
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B"]
+
+
+def test_a_server_error_is_retried_at_most_twice_then_relayed(daemons: Daemons) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", {"status": 500})
+    with daemon.openai(session="s") as client, pytest.raises(openai.InternalServerError) as e:
+        client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
+    assert e.value.response.headers["x-sessionwarden-error-class"] == "server_error"
+    assert daemons.used() == ["FAKE_KEY_A"] * 3  # the same key: a 500 is not the key's
+    [done] = completions(daemon)
+    assert [(t.status, t.error_class) for t in done.attempts] == [
+        (500, "server_error"), (500, "server_error")]
+    assert (done.status, done.error_class) == (500, "server_error")
+
+
+def test_an_overload_that_passes_is_retried_and_the_client_never_sees_it(
+    daemons: Daemons
+) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", {"status": 503, "fail_first": 1,
+                                 "error_message": "The server is overloaded"})
+    raw = ask(daemon)
+    assert raw.http_response.status_code == 200 and raw.parse().choices
+    assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_A"]
+    [done] = completions(daemon)
+    assert [(t.status, t.error_class) for t in done.attempts] == [(503, "overloaded")]
+    assert done.status == 200 and done.error_class == ""

@@ -77,6 +77,7 @@ class FakeOptions:
     headers: dict[str, str] | None = None  # extra headers on a chat answer (credits, say)
     error_message: str | None = None  # an error answer's message instead of the default
     error_code: str | None = None  # an error answer's code instead of the default
+    fail_first: int = 0  # with status: only the first N requests of this key fail
 
     @classmethod
     def parse(cls, body: dict[str, Any], headers: dict[str, str],
@@ -215,6 +216,15 @@ def _escape_key(text: str, key: str, opts: FakeOptions) -> str:
     return text.replace(key, f"\\u{ord(key[0]):04x}" + key[1:])
 
 
+def _fails(state: FakeProviderState, opts: FakeOptions, headers: dict[str, str]) -> bool:
+    """Whether this request gets its error: always, or among its key's first ``fail_first``."""
+    if not opts.fail_first:
+        return True
+    name = "failed " + headers.get("authorization", "")
+    state.count(name)
+    return state.counters[name] <= opts.fail_first
+
+
 def _error(opts: FakeOptions, headers: dict[str, str], anthropic: bool) -> JSONResponse:
     status = int(opts.status or 500)
     message = opts.error_message or f"fake provider error {status}"
@@ -300,7 +310,7 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
 
     async def chat_completions(request: Request) -> Response:
         body, headers, opts = await _prepare(request, st)
-        if opts.status is not None and int(opts.status) >= 400:
+        if opts.status is not None and int(opts.status) >= 400 and _fails(st, opts, headers):
             st.count("errors")
             return _error(opts, headers, anthropic=False)
         if opts.redirect:
