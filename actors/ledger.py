@@ -14,6 +14,12 @@ request on to the session's actor with its answer in ``CallRequest.budget``; the
 log like any other. Nothing is appended here per call: the spend is the ledger's
 (CallCompleted carries each cost) and is folded back from ``view_ledger`` at start.
 
+While no cap applies (none in the configuration, none set through the control API),
+admission goes straight to the session's actor: nothing needs holding, and the hop
+through this actor is the one thing on a call's path it would cost. Every completion is
+still settled here (charged, and the session's parent adopted), so a cap set later
+through the control API finds every session's spend.
+
 The proxy tells :class:`Settle` once the completion is durable (the reservation becomes
 the real cost; a side call, which reserved nothing, is charged) and
 :class:`ReleaseBudget` when a reserved call is not sent after all. A lost message
@@ -35,6 +41,7 @@ from sessionwarden.actors.errors import ActorCrash
 from sessionwarden.actors.messages import (
     Admit,
     BudgetOf,
+    HasCaps,
     ReleaseBudget,
     SetSessionCap,
     Settle,
@@ -141,6 +148,8 @@ class UsageLedgerActor(GovernedActor):
             if held is not None:
                 self._spend = release(self._spend, held)
             return None
+        if isinstance(message, HasCaps):
+            return any(cap is not None for cap in self._overrides.values())
         if isinstance(message, BudgetOf):
             return session_budget(self._spend, self._caps, message.session_id)
         if isinstance(message, SetSessionCap):
@@ -191,7 +200,11 @@ class UsageLedgerActor(GovernedActor):
         held = self._spend.open.get(message.call_id)
         if held is not None:
             self._spend = settle(self._spend, held, cost)
-        else:  # a side call, or a call admitted before the ledger restarted
+        else:  # a side call, a call admitted while no cap applied, or before a restart
+            session = message.session_id
+            if (message.parent and session not in self._spend.parents
+                    and not self._spend.knows(Scope("session", session))):
+                self._spend = adopt(self._spend, session, message.parent)
             self._spend = charge(self._spend, message.session_id, message.provider, cost,
                                  self._clock.now())
 

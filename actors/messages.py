@@ -25,6 +25,7 @@ __all__ = [
     "BudgetOf",
     "Committed",
     "Complete",
+    "HasCaps",
     "KeyFailed",
     "Lease",
     "Leased",
@@ -180,13 +181,19 @@ class Release(msgspec.Struct, frozen=True):
 class Settle(msgspec.Struct, frozen=True):
     """Tell the UsageLedgerActor what a recorded call cost (``cost`` None: unknown).
 
-    Its reservation becomes the cost; a call that held none (a side call) is charged.
+    Its reservation becomes the cost; a call that held none (a side call, or any call
+    while no cap applies) is charged, its session adopted by ``parent`` if it is new.
     """
 
     call_id: str
     session_id: str
     provider: str
     cost: str | None
+    parent: str = ""
+
+
+class HasCaps(msgspec.Struct, frozen=True):
+    """Ask the UsageLedgerActor whether any session has a cap set through the control API."""
 
 
 class ReleaseBudget(msgspec.Struct, frozen=True):

@@ -2,8 +2,8 @@
 
 :func:`admit` asks the UsageLedgerActor, which reserves the call's worst case against the
 spend caps (or decides its refusal) and hands it on to the session's actor to run the
-admission pipeline (a daemon without caps goes straight to the session's actor when the
-ledger is down: nothing needs holding). When a stage needs
+admission pipeline (a daemon where no cap applies goes straight to the session's actor:
+nothing needs holding, and the ledger is told the cost when the call ends). When a stage needs
 work it cannot do purely (a summary from a model, say), the actor answers
 :class:`~sessionwarden.actors.messages.NeedsWork`; the work is done here, on the event
 loop, by the runtime's performer for that kind of work, and admission resumes with the
@@ -70,14 +70,29 @@ class ProxiedCall:
     A new call notes itself in the access line of the request it serves.
     """
 
-    __slots__ = ("attempts", "call_id", "error_class", "lease", "model", "provider",
-                 "recorded", "released", "retries", "sent_at", "session_id", "started",
-                 "stream", "tried")
+    __slots__ = (
+        "attempts",
+        "call_id",
+        "error_class",
+        "lease",
+        "model",
+        "parent",
+        "provider",
+        "recorded",
+        "released",
+        "retries",
+        "sent_at",
+        "session_id",
+        "started",
+        "stream",
+        "tried",
+    )
 
     def __init__(self, session_id: str, provider: ProviderConfig, model: str,
-                 stream: bool) -> None:
-        """A new call of ``session_id`` to ``provider``'s ``model``."""
+                 stream: bool, parent: str = "") -> None:
+        """A new call of ``session_id`` (child of ``parent``) to ``provider``'s ``model``."""
         self.call_id = new_call_id()
+        self.parent = parent
         self.session_id = session_id
         self.provider = provider
         self.model = model
@@ -118,12 +133,10 @@ async def admit(rt: Runtime, request: CallRequest) -> AdmissionGranted | Admissi
     session_id, call_id = request.session_id, request.call_id
     reply: object = None
     try:
-        try:
-            reply = await ask(rt.ref("ledger"), Admit(request))
-        except ActorUnavailable:
-            if rt.config.has_caps:
-                raise  # a cap must never be passed by because its keeper is down
+        if not rt.budgets_active:  # no cap can apply: the ledger is told at settle
             reply = await ask(rt.session_ref(session_id), Admit(request))
+        else:
+            reply = await ask(rt.ref("ledger"), Admit(request))
         while isinstance(reply, NeedsWork):
             perform = rt.performers.get(type(reply.work))
             if perform is None:
@@ -232,7 +245,7 @@ async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool
                                  timeout=10.0)
             if isinstance(done, CallCompleted):
                 note_completion(done)
-                _settle(rt, done, outcome)
+                _settle(rt, call, done, outcome)
             return True
         except UnknownCall:
             if attempt > 1:
@@ -261,7 +274,7 @@ def served(outcome: CallOutcome) -> bool:
         and outcome.status not in (401, 402, 403, 429)
 
 
-def _settle(rt: Runtime, done: CallCompleted, outcome: CallOutcome) -> None:
+def _settle(rt: Runtime, call: ProxiedCall, done: CallCompleted, outcome: CallOutcome) -> None:
     """Tell the ledger what the recorded call cost (its reservation becomes that).
 
     A call that produced nothing (no answer, an error answer: usage ``missing``) cost
@@ -272,7 +285,8 @@ def _settle(rt: Runtime, done: CallCompleted, outcome: CallOutcome) -> None:
             rt.ref("ledger").tell(ReleaseBudget(done.call_id))
             return
         rt.ref("ledger").tell(Settle(done.call_id, outcome.session_id, outcome.provider,
-                                     done.cost if done.cost_status != "unknown" else None))
+                                     done.cost if done.cost_status != "unknown" else None,
+                                     call.parent))
     except Exception:
         logger.warning("call {}: the ledger was not told its cost; its reservation stays "
                        "held until the next start", done.call_id)

@@ -203,4 +203,6 @@ async def _budget(rt: Runtime, session_id: str, method: str, receive: ASGIReceiv
     except (ActorUnavailable, StoreError) as exc:
         await _unavailable(send, "reach its spend ledger", exc)
         return
+    if isinstance(message, SetSessionCap):
+        rt.caps_set = True  # from now on every admission passes the ledger
     await send_json(send, 200, msgspec.to_builtins(budget))

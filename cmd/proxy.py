@@ -111,7 +111,7 @@ async def chat_completions(
     # What is recorded at admission is what is sent: the fields as upstream gets them.
     payload.fields_bytes, injected = adapter.upstream_fields(
         payload.fields, upstream_model, shape.stream)
-    call = ProxiedCall(session_id, provider, upstream_model, shape.stream)
+    call = ProxiedCall(session_id, provider, upstream_model, shape.stream, parent)
     call_request = CallRequest(
         call_id=call.call_id, session_id=session_id, provider=provider.name,
         model=upstream_model, api_mode=provider.api_mode, shape=shape, body=payload,

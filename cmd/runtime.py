@@ -24,7 +24,7 @@ from sessionwarden.actors.checkpoint import CheckpointActor
 from sessionwarden.actors.credentials import CredentialPoolActor
 from sessionwarden.actors.credits import CreditBoard
 from sessionwarden.actors.ledger import UsageLedgerActor
-from sessionwarden.actors.messages import Committed, Complete, UnusableProviders
+from sessionwarden.actors.messages import Committed, Complete, HasCaps, UnusableProviders
 from sessionwarden.actors.rateguard import RateGuardActor
 from sessionwarden.actors.session import SessionActor, session_shard
 from sessionwarden.actors.shells import CompressorActor
@@ -149,6 +149,9 @@ class Runtime:
         self._routes: dict[str, tuple[ProviderConfig, str]] = {}
         #: Providers without a usable key, and why (known once :meth:`start` has run).
         self.unusable: dict[str, str] = {}
+        #: Whether a session cap was ever set through the control API (the ledger's
+        #: recovered state at start; set by the control API when it sets one).
+        self.caps_set = False
         # One subscription for the life of the log: it always reaches the current
         # CheckpointActor, so a restarted one needs no new listener.
         self.log.add_commit_listener(self._committed)
@@ -171,6 +174,7 @@ class Runtime:
         self.supervisor.start()
         # Keys are read once, at start: which providers have none stays true until a restart.
         self.unusable = ask_blocking(self.ref("credentials"), UnusableProviders())
+        self.caps_set = bool(ask_blocking(self.ref("ledger"), HasCaps()))
         self.complete_orphans()
 
     def complete_orphans(self) -> int:
@@ -196,6 +200,11 @@ class Runtime:
                            "recorded with outcome unknown (they may have been billed)",
                            len(rows))
         return len(rows)
+
+    @property
+    def budgets_active(self) -> bool:
+        """Whether admission must pass the UsageLedgerActor (a cap may apply to a call)."""
+        return self.config.has_caps or self.caps_set
 
     def route(self, model: str) -> tuple[ProviderConfig, str]:
         """``find_model`` for a client's model name, remembered (the config is frozen).

@@ -7,6 +7,7 @@ its ``max_tokens`` at $8 per million.
 """
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -290,3 +291,32 @@ def test_the_budget_api_refuses_bad_caps(daemon: InProcessDaemon) -> None:
         assert fresh["cap"] == "0.015" and fresh["spent"] == "0" and fresh["left"] == "0.015"
     with daemon.openai(session="s") as client, pytest.raises(openai.BadRequestError):
         call(client, extra_headers={"X-Session-Parent": "../../etc"})
+
+
+def test_a_cap_set_later_sees_what_was_spent_while_no_cap_applied(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    # No cap in the configuration: admission does not pass the ledger, but every call's
+    # cost (and its session's parent) still reaches it when the call ends.
+    unbudgeted = PRICED.format(extra="").replace('session_usd = "0.015"', "")
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=unbudgeted).start()
+    try:
+        with daemon.openai(session="kid") as client:
+            call(client, body=usage(1000, 1000), extra_headers={"X-Session-Parent": "boss"})
+        with httpx.Client(base_url=f"http://127.0.0.1:{daemon.port}",
+                          headers={"Authorization": f"Bearer {daemon.token}"}) as control:
+            deadline = time.monotonic() + 5
+            while control.get("/v1/sessions/boss/budget").json()["spent"] != "0.01":
+                assert time.monotonic() < deadline, "the ledger never heard of the cost"
+                time.sleep(0.02)
+            reply = control.put("/v1/sessions/boss/budget", json={"session_usd": "0.0105"})
+        assert (reply.json()["spent"], reply.json()["left"]) == ("0.01", "0.0005")
+        with daemon.openai(session="kid") as client, pytest.raises(
+                openai.APIStatusError) as caught:
+            call(client)  # its worst case ($0.0008) no longer fits the parent's cap
+    finally:
+        daemon.stop()
+    error = caught.value.body
+    assert isinstance(error, dict) and error["code"] == "cap_exhausted"
+    assert "session cap of session boss" in error["message"]
+    assert len(fake.state.snapshot()) == 1
