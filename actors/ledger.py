@@ -15,10 +15,11 @@ log like any other. Nothing is appended here per call: the spend is the ledger's
 (CallCompleted carries each cost) and is folded back from ``view_ledger`` at start.
 
 While no cap applies (none in the configuration, none set through the control API),
-admission goes straight to the session's actor: nothing needs holding, and the hop
-through this actor is the one thing on a call's path it would cost. Every completion is
-still settled here (charged, and the session's parent adopted), so a cap set later
-through the control API finds every session's spend.
+calls do not pass through here at all — admission goes straight to the session's actor
+and nothing is settled: nothing needs holding, and this actor's hops were the one cost
+a call would pay for it. The first cap set through the control API then folds the
+ledger afresh (:meth:`UsageLedgerActor.load`: every cost and every session's parent are
+in the log), so it holds what every session already spent.
 
 The proxy tells :class:`Settle` once the completion is durable (the reservation becomes
 the real cost; a side call, which reserved nothing, is charged) and
@@ -158,6 +159,10 @@ class UsageLedgerActor(GovernedActor):
             return self._cap_durable(message)
         raise TypeError(f"UsageLedgerActor cannot handle {type(message).__name__}")
 
+    def _active(self) -> bool:
+        """Whether calls pass through here: a cap is configured or was set for a session."""
+        return self._config.has_caps or any(c is not None for c in self._overrides.values())
+
     def _judge(self, request: CallRequest) -> CallRequest:
         """``request`` with its parent as the ledger knows it and its reservation or refusal."""
         spend = self._spend
@@ -209,6 +214,9 @@ class UsageLedgerActor(GovernedActor):
                                  self._clock.now())
 
     def _set_cap(self, message: SetSessionCap, reply: Reply) -> object:
+        if not self._active():
+            # Calls were neither reserved nor settled here: the log knows what they cost.
+            self._spend, self._overrides = self.load()
         usd = message.usd
         event = SessionCapSet(session_id=message.session_id,
                               usd=None if usd is None else str(usd))

@@ -3,7 +3,7 @@
 :func:`admit` asks the UsageLedgerActor, which reserves the call's worst case against the
 spend caps (or decides its refusal) and hands it on to the session's actor to run the
 admission pipeline (a daemon where no cap applies goes straight to the session's actor:
-nothing needs holding, and the ledger is told the cost when the call ends). When a stage needs
+nothing needs holding; the ledger folds the log's costs when a cap is first set). When a stage needs
 work it cannot do purely (a summary from a model, say), the actor answers
 :class:`~sessionwarden.actors.messages.NeedsWork`; the work is done here, on the event
 loop, by the runtime's performer for that kind of work, and admission resumes with the
@@ -16,8 +16,8 @@ actor that is restarting does not lose the record: the completion is retried, on
 successor, until a deadline (the idempotency key makes a retry that races the first
 attempt harmless). It runs at most once per call, whichever path (normal end, upstream
 error, client gone, shutdown) gets there first. Once the completion is durable, the
-ledger is told its cost (:class:`~sessionwarden.actors.messages.Settle`); a call
-admission did not let through has its reservation released.
+ledger is told its cost (:class:`~sessionwarden.actors.messages.Settle`) while a cap
+applies; a call admission did not let through has its reservation released.
 """
 
 import asyncio
@@ -245,7 +245,8 @@ async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool
                                  timeout=10.0)
             if isinstance(done, CallCompleted):
                 note_completion(done)
-                _settle(rt, call, done, outcome)
+                if rt.budgets_active:  # else the ledger folds the log when a cap is set
+                    _settle(rt, call, done, outcome)
             return True
         except UnknownCall:
             if attempt > 1:

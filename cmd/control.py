@@ -13,7 +13,8 @@
   so the next request is what brings the messages to compress. 404 for an unknown session,
   503 when its actor or the log cannot take the request.
 - ``GET /v1/sessions/{id}/budget``: the session's cap and its subtree's money as the
-  UsageLedgerActor holds them now (reservations of calls in flight included):
+  UsageLedgerActor holds them now (reservations of calls in flight included; the log's
+  figures while no cap applies, since calls then do not pass the ledger):
   ``{"session_id", "cap", "spent", "reserved", "left", "unknown_calls", "parent"}``,
   amounts exact decimal strings, ``cap``/``left`` null without a cap.
 - ``PUT /v1/sessions/{id}/budget`` with ``{"session_usd": "2.50"}`` sets that session's
@@ -36,6 +37,7 @@ import msgspec
 from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.messages import BudgetOf, RequestCompaction, SetSessionCap
+from sessionwarden.cmd.budget_status import read_budget
 from sessionwarden.cmd.errors import BodyTooLarge
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, read_body, send_error, send_json
 from sessionwarden.cmd.runtime import Runtime
@@ -110,11 +112,12 @@ async def _status(rt: Runtime, session_id: str, send: ASGISend) -> None:
     if status is None:
         await send_error(send, 404, f"no session {session_id!r}", code="session_not_found")
         return
-    try:  # the ledger's live figures count the reservations of calls in flight too
-        live = await ask(rt.ref("ledger"), BudgetOf(session_id))
-        status = msgspec.structs.replace(status, budget=live)
-    except (ActorUnavailable, StoreError):
-        pass  # the log's figures stand
+    if rt.budgets_active:  # the ledger's live figures count calls in flight too
+        try:
+            live = await ask(rt.ref("ledger"), BudgetOf(session_id))
+            status = msgspec.structs.replace(status, budget=live)
+        except (ActorUnavailable, StoreError):
+            pass  # the log's figures stand
     await send_json(send, 200, status_json(status))
 
 
@@ -193,6 +196,15 @@ async def _cap(receive: ASGIReceive, send: ASGISend) -> tuple[Decimal | None] | 
 async def _budget(rt: Runtime, session_id: str, method: str, receive: ASGIReceive,
                   send: ASGISend) -> None:
     message: BudgetOf | SetSessionCap = BudgetOf(session_id)
+    if method == "GET" and not rt.budgets_active:
+        # No cap applies, so calls do not pass the ledger: the log has the figures.
+        try:
+            found = await asyncio.to_thread(read_budget, rt.log, rt.config, session_id)
+        except StoreError as exc:
+            await _unavailable(send, "read its event log", exc)
+            return
+        await send_json(send, 200, msgspec.to_builtins(found))
+        return
     if method == "PUT":
         cap = await _cap(receive, send)
         if cap is None:
