@@ -43,7 +43,7 @@ from sessionwarden.events import (
 from sessionwarden.redact import fingerprint
 from sessionwarden.store import ANY, EventLog, NewEvent, StreamAppend
 
-__all__ = ["add_keys_commands", "provider_events"]
+__all__ = ["add_keys_commands", "key_rows", "provider_events"]
 
 _TAGS = (CODEC.tags_of(KeyStateChanged) | CODEC.tags_of(BreakerChanged)
          | CODEC.tags_of(CredentialAdded) | CODEC.tags_of(CredentialRemoved))
@@ -97,7 +97,8 @@ class _Pool:
         return [fp for fp, key in self.keys.items() if key["active"]]
 
 
-def _rows(log: EventLog, now: datetime) -> list[dict[str, Any]]:
+def key_rows(log: EventLog, now: datetime) -> list[dict[str, Any]]:
+    """Every key recorded for every provider, as ``keys list --json`` prints them."""
     served = {(str(p), str(fp)): (int(calls), status) for p, fp, calls, status in
               log.read_connection().execute(
                   "SELECT provider, fingerprint, calls, last_status FROM view_credentials")}
@@ -137,7 +138,7 @@ def run_keys(args: argparse.Namespace, db: Path) -> int:
     now = datetime.now(UTC)
     if args.action == "list":
         with EventLog(db, readonly=True) as log:
-            rows = _rows(log, now)
+            rows = key_rows(log, now)
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0

@@ -49,6 +49,7 @@ from typing import Any
 
 import apsw
 from sessionwarden.actors.ledger_rollup import ROLLUP_TABLE, exact_sum
+from sessionwarden.cmd.cli_keys import key_rows
 from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.credit_status import active_notices, notice_line
 from sessionwarden.cmd.errors import CommandError, UsageError
@@ -414,6 +415,8 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
                 creds = _fetch(conn, "SELECT provider, fingerprint, state, calls, last_status"
                                " FROM view_credentials ORDER BY provider, fingerprint")
                 notices = active_notices(conn, datetime.now(UTC))
+                health = {(r["provider"], r["fingerprint"]): r
+                          for r in key_rows(log, datetime.now(UTC))}
             finally:
                 conn.execute("COMMIT")
         except apsw.Error as exc:
@@ -428,6 +431,13 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
             "credential": credential, "started_at": started_at, "last_at": last_at})
     cred_keys = ("provider", "fingerprint", "state", "calls", "last_status")
     out_creds = [dict(zip(cred_keys, c, strict=True)) for c in creds]
+    # A key's health (benched, dead) is in its stream: a later 200 on another key must
+    # not hide that this one is out until some time.
+    for cred in out_creds:
+        found = health.get((cred["provider"], cred["fingerprint"]))
+        active = found is not None and cred["state"] == "active"
+        cred["health"] = found["state"] if found is not None and active else None
+        cred["until"] = found["until"] if found is not None and active else None
     if args.json:
         print(json.dumps({"sessions": out_sessions, "credentials": out_creds,
                           "events": events, "credit_notices": notices}, indent=2))
@@ -436,6 +446,10 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
     print(f"events: {events}")
     if out_creds:
         rows = [["-" if c[k] is None else str(c[k]) for k in cred_keys] for c in out_creds]
+        for row, c in zip(rows, out_creds, strict=True):
+            if c["health"] not in (None, "ok"):
+                row[2] = c["health"] + (f" until {c['until'][:19].replace('T', ' ')}"
+                                        if c["until"] else "")
         print("credentials:\n" + render_table(_CREDENTIAL_COLUMNS, rows, width).text(width))
     else:
         print("credentials: none")

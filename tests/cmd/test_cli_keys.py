@@ -130,3 +130,18 @@ def test_bad_keys_commands_say_why_in_one_line(
         assert got == code, argv
         assert out == "" and words in err and err.count("\n") == 1, (argv, err)
         assert "Traceback" not in err and "sk-literal" not in err
+
+
+def test_status_shows_a_benched_key_though_a_later_call_succeeded(
+    daemons: Daemons, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", GENUINE)
+    ask(daemon)  # 429 on A, then 200 on B
+    a = fingerprint(daemons.key("FAKE_KEY_A"))
+    code, out, _ = run(capsys, "status", "--json", "--db", str(daemon.db))
+    creds = {c["fingerprint"]: c for c in json.loads(out)["credentials"]}
+    assert code == 0 and creds[a]["state"] == "active"
+    assert creds[a]["health"] == "exhausted" and creds[a]["until"]
+    code, text, _ = run(capsys, "status", "--db", str(daemon.db))
+    assert code == 0 and "exhausted until " in text

@@ -222,7 +222,7 @@ def test_status_json(db, capsys):
     assert beta["started_at"].startswith("2026-11-30T10:00")
     creds = {c["fingerprint"]: c for c in data["credentials"]}
     assert creds[FP_A] == {"provider": "openai", "fingerprint": FP_A, "state": "active",
-                           "calls": 4, "last_status": 200}
+                           "calls": 4, "last_status": 200, "health": "ok", "until": None}
     assert "env:" not in out  # key references are not shown, only fingerprints
 
 
