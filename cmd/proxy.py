@@ -264,7 +264,7 @@ async def _failed_over(rt: Runtime, call: ProxiedCall, response: UpstreamRespons
     found = classify(response.status, {k.lower(): v for k, v in response.headers.items()},
                      body, now=now,
                      provider=call.provider.name, api_mode=call.provider.api_mode,
-                     shared_limits=call.provider.shared_limits)
+                     shared_limits=call.provider.shared_limits, book=rt.patterns)
     call.error_class = found.error_class
     failure = key_failure(found, response.status, now, call.provider.shared_limits)
     lease = call.lease
@@ -326,7 +326,8 @@ def _transport(exc: aiohttp.ClientError) -> Transport:
 async def _retry_transport(rt: Runtime, call: ProxiedCall, transport: Transport) -> bool:
     """No answer came: count it for the breaker and retry (bounded) when the class says so."""
     now = rt.clock.now()
-    found = classify(0, {}, b"", now=now, transport=transport, provider=call.provider.name)
+    found = classify(0, {}, b"", now=now, transport=transport, provider=call.provider.name,
+                     book=rt.patterns)
     call.error_class = found.error_class
     lease = call.lease
     if lease is not None and lease.fingerprint:

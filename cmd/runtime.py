@@ -33,11 +33,12 @@ from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.cmd.price_listings import PriceListings
 from sessionwarden.cmd.spills import write_spills
 from sessionwarden.cmd.wiring import default_projections
-from sessionwarden.config import Config, ProviderConfig, find_model
+from sessionwarden.config import Config, ConfigError, ProviderConfig, find_model
 from sessionwarden.domain.admission import Pipeline
 from sessionwarden.domain.calls import CallOutcome
 from sessionwarden.domain.credit_events import model_is_free
-from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.domain.error_patterns import DEFAULT_BOOK, PatternBook
+from sessionwarden.domain.errors import BadPatterns, UnknownCall
 from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.spill_turns import SpillWork
 from sessionwarden.domain.stages import default_pipeline
@@ -46,7 +47,7 @@ from sessionwarden.store import EventLog
 from sessionwarden.store.spill import SpillStore, default_spill_dir
 from sessionwarden.upstream.client import UpstreamClient
 
-__all__ = ["Performer", "Runtime", "spill_directory"]
+__all__ = ["Performer", "Runtime", "error_patterns", "spill_directory"]
 
 #: At most this many resolved model names are remembered.
 _MAX_ROUTES = 1024
@@ -61,6 +62,23 @@ Performer = Callable[[Any], Awaitable[Any]]
 def _holds_secret(data: bytes) -> bool:
     """Whether ``data`` holds one of the keys the pool resolved (raw or JSON-escaped)."""
     return default_redactor.scrub_secrets(data) != data
+
+
+def error_patterns(config: Config) -> PatternBook:
+    """The classifier's phrase lists with every provider's ``error_patterns`` added.
+
+    Raises:
+        ConfigError: a provider names an unknown list, or an empty or oversized phrase.
+    """
+    book = DEFAULT_BOOK
+    for index, provider in enumerate(config.providers):
+        if provider.error_patterns:
+            try:
+                book = book.with_provider(provider.name, provider.error_patterns)
+            except BadPatterns as exc:
+                where = f"providers[{index}].error_patterns"
+                raise ConfigError(f"{where}: {exc}", key_path=where) from None
+    return book
 
 
 def spill_directory(config: Config, db_path: Path) -> Path:
@@ -97,6 +115,9 @@ class Runtime:
         and embedders; the daemon uses the default).
         """
         self.config = config
+        #: The error classifier's phrase lists, with each provider's ``error_patterns``
+        #: (checked before the log is opened: a bad list is a config error).
+        self.patterns = error_patterns(config)
         self.clock = clock or SystemClock()
         # SQLite's own checkpoints stay on: they run between two commits, when the WAL is
         # fully backfilled, so the next commit restarts the WAL and overwrites blocks the

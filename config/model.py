@@ -155,7 +155,9 @@ class ProviderConfig(_Section, frozen=True):
     ``{"data": {"limit": …, "limit_remaining": …}}``) polled for each key's balance (the
     credit notices); on the same origin as ``base_url``, since the keys are sent to it.
     ``shared_limits``: the keys draw on one account's limits, so one key's genuine limit
-    (or billing failure) benches the whole pool.
+    (or billing failure) benches the whole pool. ``error_patterns`` adds phrases to the
+    error classifier's lists for this provider (list name → phrases; the names are the
+    classifier's, checked when the daemon starts).
     ``pricing_url`` names an OpenRouter-style ``/models`` price listing, read when the
     daemon starts and again every ``pricing_refresh_s`` seconds (an hour by default).
     """
@@ -175,6 +177,7 @@ class ProviderConfig(_Section, frozen=True):
     credits_url: str = ""
     pricing_refresh_s: Annotated[float, msgspec.Meta(ge=0.05, le=604800.0)] = 3600.0
     shared_limits: bool = False
+    error_patterns: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Check the name, the URLs, the cap and that every key is an ``env:NAME`` reference."""

@@ -5,14 +5,17 @@ SDK as the client, and the fake upstream steered per key (``by_key``: every requ
 with that key gets those options), so the daemon's choice of key decides the answer.
 """
 
+from pathlib import Path
+
 import openai
 import pytest
 from sessionwarden.events import CODEC, CallCompleted, KeyStateChanged
 from sessionwarden.redact import fingerprint
 
-from tests.cmd.daemon_fixtures import MODEL
+from tests.cmd.daemon_fixtures import MODEL, config_text
 from tests.cmd.inprocess import InProcessDaemon
 from tests.cmd.key_fixtures import GENUINE, HI, REVOKED, TRANSIENT, Daemons, ask
+from tests.support.fake_provider import FakeProviderServer
 
 
 def completions(daemon: InProcessDaemon, session: str = "s") -> list[CallCompleted]:
@@ -196,3 +199,27 @@ def test_an_overload_that_passes_is_retried_and_the_client_never_sees_it(
     [done] = completions(daemon)
     assert [(t.status, t.error_class) for t in done.attempts] == [(503, "overloaded")]
     assert done.status == 200 and done.error_class == ""
+
+
+def test_a_providers_own_error_phrases_extend_the_classifier(daemons: Daemons) -> None:
+    daemon = daemons.start(provider_extra='error_patterns = { rate_limit = ["slow down, '
+                                          'cowboy"] }\n')
+    daemons.steer("FAKE_KEY_A", {"status": 400, "error_message": "Slow down, cowboy!",
+                                 "error_code": "weird"})
+    raw = ask(daemon)  # a rate limit in this provider's words: the next key answers
+    assert raw.http_response.status_code == 200
+    assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B"]
+    assert completions(daemon)[0].attempts[0].error_class == "rate_limit"
+
+
+def test_an_unknown_error_list_stops_the_daemon_with_one_line(tmp_path: Path,
+                                                              fake: FakeProviderServer) -> None:
+    from sessionwarden.cmd.runtime import error_patterns
+    from sessionwarden.config import ConfigError, parse_config
+
+    text = config_text(fake.base_url, ["FAKE_KEY_A"]).replace(
+        'strategy = "round_robin"\n', 'error_patterns = { no_such_list = ["x"] }\n')
+    with pytest.raises(ConfigError) as caught:
+        error_patterns(parse_config(text))
+    assert str(caught.value).startswith("providers[0].error_patterns: ")
+    assert "no_such_list" in str(caught.value) and "\n" not in str(caught.value)
