@@ -25,6 +25,7 @@ When the client disconnects mid-stream, the upstream is drained (up to
 import asyncio
 import random
 import re
+from datetime import datetime
 
 import aiohttp
 from loguru import logger
@@ -49,7 +50,7 @@ from sessionwarden.domain.classification import Classification, Transport
 from sessionwarden.domain.classifier import classify, retry_delay
 from sessionwarden.domain.errors import KeysBenched, NoCredential
 from sessionwarden.domain.failover import fails_over, key_failure
-from sessionwarden.domain.ratelimits import rate_limit_headers
+from sessionwarden.domain.ratelimits import RateLimitBucket, RateLimitSnapshot, rate_limit_headers
 from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
@@ -261,8 +262,12 @@ async def _failed_over(rt: Runtime, call: ProxiedCall, response: UpstreamRespons
     """
     assert call.lease is not None
     now = rt.clock.now()
+    last_known, age = None, 0.0
+    if response.status == 429:  # a limit the key hit earlier may make this one genuine
+        last_known, age = await asyncio.to_thread(
+            _last_known, rt, call.provider.name, call.lease.fingerprint, now)
     found = classify(response.status, {k.lower(): v for k, v in response.headers.items()},
-                     body, now=now,
+                     body, now=now, last_known=last_known, last_known_age=age,
                      provider=call.provider.name, api_mode=call.provider.api_mode,
                      shared_limits=call.provider.shared_limits, book=rt.patterns)
     call.error_class = found.error_class
@@ -288,6 +293,26 @@ async def _failed_over(rt: Runtime, call: ProxiedCall, response: UpstreamRespons
     logger.info("call {}: {} from key {}: failing over to key {}", call.call_id,
                 response.status, lease.fingerprint, following.fingerprint)
     return True
+
+
+def _last_known(rt: Runtime, provider: str, credential: str,
+                now: datetime) -> tuple[RateLimitSnapshot | None, float]:
+    """The key's last recorded buckets (``view_ratelimits``) and their age in seconds.
+
+    Read in a worker thread, on the failure path only: a success never pays for it.
+    """
+    rows = rt.log.read_connection().execute(
+        "SELECT bucket, lim, remaining, reset_seconds, observed_at FROM view_ratelimits"
+        " WHERE provider = ? AND credential = ?", (provider, credential)).fetchall()
+    if not rows:
+        return None, 0.0
+    buckets = tuple(RateLimitBucket(
+        name=str(name), limit=None if limit is None else int(limit),
+        remaining=None if remaining is None else int(remaining),
+        reset_seconds=None if reset is None else float(reset))
+        for name, limit, remaining, reset, _ in sorted(rows))
+    newest = max(datetime.fromisoformat(str(row[4])) for row in rows)
+    return RateLimitSnapshot(buckets=buckets), max(0.0, (now - newest).total_seconds())
 
 
 async def _retry(call: ProxiedCall, found: Classification, status: int) -> bool:

@@ -5,10 +5,12 @@ SDK as the client, and the fake upstream steered per key (``by_key``: every requ
 with that key gets those options), so the daemon's choice of key decides the answer.
 """
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import openai
 import pytest
+from sessionwarden.clock import FakeClock
 from sessionwarden.events import CODEC, CallCompleted, KeyStateChanged
 from sessionwarden.redact import fingerprint
 
@@ -223,3 +225,28 @@ def test_an_unknown_error_list_stops_the_daemon_with_one_line(tmp_path: Path,
         error_patterns(parse_config(text))
     assert str(caught.value).startswith("providers[0].error_patterns: ")
     assert "no_such_list" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_bare_429_on_a_key_known_to_be_out_for_hours_benches_it_for_hours(
+    daemons: Daemons
+) -> None:
+    # The log's times are the wall clock's: the daemon's clock must agree with them here.
+    daemons.clock = FakeClock(datetime.now(UTC))
+    start = daemons.clock.now()
+    daemon = daemons.start()
+    # A success whose headers say the key's request bucket is empty for two hours...
+    daemons.steer("FAKE_KEY_A", {"headers": {"x-ratelimit-remaining-requests": "0",
+                                             "x-ratelimit-limit-requests": "500",
+                                             "x-ratelimit-reset-requests": "2h0m0s"}})
+    ask(daemon)
+    # ...then a 429 with nothing of its own to say (a 1 s Retry-After): the last known
+    # state makes it genuine, so the key rests for the hours left, not for a second.
+    daemons.steer("FAKE_KEY_A", {"status": 429, "headers": {
+        "retry-after": "1", "x-ratelimit-remaining-requests": "",
+        "x-ratelimit-reset-requests": ""}})
+    daemons.clock.advance(60)
+    ask(daemon)
+    [bench] = states(daemon)
+    assert (bench.state, bench.reason) == ("exhausted", "genuine_limit")
+    assert bench.until is not None
+    assert datetime.fromisoformat(bench.until) >= start + timedelta(hours=1, minutes=58)
