@@ -10,7 +10,10 @@ One call, in order:
    the pipeline and replies once CallAdmitted (or CallRefused) is durable, so nothing is
    sent upstream that is not recorded;
 3. the provider's adapter builds the upstream body (usage always requested on streams),
-   and the upstream client sends it with the leased key;
+   and the upstream client sends it with the leased key; an error answer is read before
+   anything is relayed, so a key's failure goes to the next key and an overload is
+   retried (``cmd/failover.py``), and with every key benched the call is refused at
+   once (429 with ``Retry-After``), unsent;
 4. the response is relayed (a stream chunk for chunk, minus the usage chunk the client did
    not ask for), holding back its last bytes (the whole body, or a stream's ``[DONE]``);
 5. the completion is recorded — one atomic append — and only then are the last bytes
@@ -23,34 +26,28 @@ When the client disconnects mid-stream, the upstream is drained (up to
 """
 
 import asyncio
-import random
 import re
-from datetime import datetime
 
 import aiohttp
 from loguru import logger
-from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import AdmissionRefused, KeyFailed, Lease
+from sessionwarden.actors.messages import AdmissionRefused
 from sessionwarden.cmd.calls import (
     ProxiedCall,
     admit,
     complete,
-    release_key,
     request_lease,
     return_lease,
     take_lease,
 )
+from sessionwarden.cmd.failover import fail_over, retry_transport, transport_of
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.watch import ClientGone, ClientWatch
 from sessionwarden.config import UnknownModel
-from sessionwarden.domain.calls import CallAttempt, CallRequest
-from sessionwarden.domain.classification import Classification, Transport
-from sessionwarden.domain.classifier import classify, retry_delay
+from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.errors import KeysBenched, NoCredential
-from sessionwarden.domain.failover import fails_over, key_failure
-from sessionwarden.domain.ratelimits import RateLimitBucket, RateLimitSnapshot, rate_limit_headers
+from sessionwarden.domain.ratelimits import rate_limit_headers
 from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
@@ -63,8 +60,6 @@ __all__ = ["IMPLICIT_SESSION", "chat_completions"]
 IMPLICIT_SESSION = "implicit"
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 _CLIENT_WIRE = ChatCompletions()
-#: The retries' jitter (not a secret: only spreads the retries of many calls apart).
-_RNG = random.Random()
 _NOT_RECORDED = ("sessionwarden could not record this call (its event log or actors are "
                  "unavailable); the upstream may have processed it")
 
@@ -212,12 +207,12 @@ async def _attempt(
             "client_disconnected", error="the client left before the upstream answered"))
         return True
     except TimeoutError:
-        if await _retry_transport(rt, call, "timeout"):
+        if await retry_transport(rt, call, "timeout"):
             return False
         await _fail(rt, call, send, "timeout", 504, "the upstream provider timed out")
         return True
     except aiohttp.ClientError as exc:
-        if await _retry_transport(rt, call, _transport(exc)):
+        if await retry_transport(rt, call, transport_of(exc)):
             return False
         reason = f"the upstream provider is unreachable ({type(exc).__name__})"
         await _fail(rt, call, send, "unreachable", 502, reason)
@@ -245,123 +240,12 @@ async def _attempt(
             except (aiohttp.ClientError, TimeoutError):
                 early = None
             else:
-                if await _failed_over(rt, call, response, early):
+                if await fail_over(rt, call, response, early):
                     return False
         await _relay_plain(rt, call, adapter, response, client, send, early)
         return True
     finally:
         response.release()
-
-
-async def _failed_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
-                       body: bytes) -> bool:
-    """Judge an error answer; on a key's own failure, take the next key (True).
-
-    The key is benched first (the pool replies once that is durable), so the next lease
-    avoids it; each key is tried at most once per call, and a rotation is not a retry.
-    """
-    assert call.lease is not None
-    now = rt.clock.now()
-    last_known, age = None, 0.0
-    if response.status == 429:  # a limit the key hit earlier may make this one genuine
-        last_known, age = await asyncio.to_thread(
-            _last_known, rt, call.provider.name, call.lease.fingerprint, now)
-    found = classify(response.status, {k.lower(): v for k, v in response.headers.items()},
-                     body, now=now, last_known=last_known, last_known_age=age,
-                     provider=call.provider.name, api_mode=call.provider.api_mode,
-                     shared_limits=call.provider.shared_limits, book=rt.patterns)
-    call.error_class = found.error_class
-    failure = key_failure(found, response.status, now, call.provider.shared_limits)
-    lease = call.lease
-    try:
-        await ask(rt.ref("credentials"), KeyFailed(lease.provider, lease.fingerprint, failure))
-    except (ActorUnavailable, StoreError) as exc:
-        logger.warning("call {}: key failure not recorded: {}", call.call_id, exc)
-        return False
-    if not fails_over(found):
-        return await _retry(call, found, response.status)
-    call.tried.append(lease.fingerprint)
-    try:
-        following = await ask(rt.ref("credentials"),
-                              Lease(lease.provider, call.call_id, tuple(call.tried)))
-    except (NoCredential, ActorUnavailable):
-        return False  # no other key: the client gets this answer
-    release_key(rt, call)
-    call.attempts.append(CallAttempt(credential=lease.fingerprint, status=response.status,
-                                     error_class=found.error_class))
-    call.lease, call.released = following, False
-    logger.info("call {}: {} from key {}: failing over to key {}", call.call_id,
-                response.status, lease.fingerprint, following.fingerprint)
-    return True
-
-
-def _last_known(rt: Runtime, provider: str, credential: str,
-                now: datetime) -> tuple[RateLimitSnapshot | None, float]:
-    """The key's last recorded buckets (``view_ratelimits``) and their age in seconds.
-
-    Read in a worker thread, on the failure path only: a success never pays for it.
-    """
-    rows = rt.log.read_connection().execute(
-        "SELECT bucket, lim, remaining, reset_seconds, observed_at FROM view_ratelimits"
-        " WHERE provider = ? AND credential = ?", (provider, credential)).fetchall()
-    if not rows:
-        return None, 0.0
-    buckets = tuple(RateLimitBucket(
-        name=str(name), limit=None if limit is None else int(limit),
-        remaining=None if remaining is None else int(remaining),
-        reset_seconds=None if reset is None else float(reset))
-        for name, limit, remaining, reset, _ in sorted(rows))
-    newest = max(datetime.fromisoformat(str(row[4])) for row in rows)
-    return RateLimitSnapshot(buckets=buckets), max(0.0, (now - newest).total_seconds())
-
-
-async def _retry(call: ProxiedCall, found: Classification, status: int) -> bool:
-    """Wait, then send again with the same key (True), if the class asks for a retry.
-
-    Overload, 5xx and timeouts only, before anything reached the client, at most
-    :data:`MAX_RETRIES` times per call, jittered (``domain.classifier.retry_delay``); a
-    longer ``Retry-After`` than a short wait means relay, not hold the client.
-    """
-    if found.recovery != "retry":
-        return False
-    delay = retry_delay(call.retries + 1, _RNG, found.reset_seconds)
-    if delay is None:
-        return False
-    call.retries += 1
-    assert call.lease is not None
-    call.attempts.append(CallAttempt(credential=call.lease.fingerprint, status=status,
-                                     error_class=found.error_class))
-    logger.info("call {}: {} ({}); retry {} in {:.2f} s", call.call_id, status or "no answer",
-                found.error_class, call.retries, delay)
-    await asyncio.sleep(delay)
-    return True
-
-
-def _transport(exc: aiohttp.ClientError) -> Transport:
-    """The kind of transport failure an aiohttp error is (for the classifier)."""
-    if isinstance(exc, aiohttp.ClientSSLError):
-        return "tls"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return "connect"
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
-        return "reset"
-    return "protocol"
-
-
-async def _retry_transport(rt: Runtime, call: ProxiedCall, transport: Transport) -> bool:
-    """No answer came: count it for the breaker and retry (bounded) when the class says so."""
-    now = rt.clock.now()
-    found = classify(0, {}, b"", now=now, transport=transport, provider=call.provider.name,
-                     book=rt.patterns)
-    call.error_class = found.error_class
-    lease = call.lease
-    if lease is not None and lease.fingerprint:
-        try:
-            await ask(rt.ref("credentials"), KeyFailed(
-                lease.provider, lease.fingerprint, key_failure(found, 0, now)))
-        except (ActorUnavailable, StoreError) as exc:
-            logger.warning("call {}: failure not recorded: {}", call.call_id, exc)
-    return await _retry(call, found, 0)
 
 
 async def _relay_plain(

@@ -1,0 +1,149 @@
+"""Failing over and retrying inside a call, before anything reached the client.
+
+The proxy (``cmd/proxy.py``) reads an error answer whole before relaying anything, and
+asks here what to do with it: :func:`fail_over` classifies it (``domain.classifier``,
+with the key's last recorded buckets for a 429), tells the pool the key's failure (the
+key and the breaker change durably before the reply), and for a failure of that key
+takes the next usable key (each key at most once per call: a rotation is not a retry);
+for an overload, a 5xx or a timeout it waits and sends again with the same key, at
+most :data:`~sessionwarden.domain.classifier.MAX_RETRIES` times, jittered.
+:func:`retry_transport` does the same when no answer came at all. Each failed attempt
+is noted on the call (``CallAttempt``) and lands in its one CallCompleted. Policy is the
+domain's; this module only carries it out.
+"""
+
+import asyncio
+import random
+from datetime import datetime
+
+import aiohttp
+from loguru import logger
+from sessionwarden.actors.bridge import ask
+from sessionwarden.actors.errors import ActorUnavailable
+from sessionwarden.actors.messages import KeyFailed, Lease
+from sessionwarden.cmd.calls import ProxiedCall, release_key
+from sessionwarden.cmd.runtime import Runtime
+from sessionwarden.domain.calls import CallAttempt
+from sessionwarden.domain.classification import Classification, Transport
+from sessionwarden.domain.classifier import classify, retry_delay
+from sessionwarden.domain.errors import NoCredential
+from sessionwarden.domain.failover import fails_over, key_failure
+from sessionwarden.domain.ratelimits import RateLimitBucket, RateLimitSnapshot
+from sessionwarden.store.errors import StoreError
+from sessionwarden.upstream.client import UpstreamResponse
+
+__all__ = ["fail_over", "retry_transport", "transport_of"]
+
+#: The retries' jitter (not a secret: only spreads the retries of many calls apart).
+_RNG = random.Random()
+
+
+async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
+                       body: bytes) -> bool:
+    """Judge an error answer; on a key's own failure, take the next key (True).
+
+    The key is benched first (the pool replies once that is durable), so the next lease
+    avoids it; each key is tried at most once per call, and a rotation is not a retry.
+    """
+    assert call.lease is not None
+    now = rt.clock.now()
+    last_known, age = None, 0.0
+    if response.status == 429:  # a limit the key hit earlier may make this one genuine
+        last_known, age = await asyncio.to_thread(
+            _last_known, rt, call.provider.name, call.lease.fingerprint, now)
+    found = classify(response.status, {k.lower(): v for k, v in response.headers.items()},
+                     body, now=now, last_known=last_known, last_known_age=age,
+                     provider=call.provider.name, api_mode=call.provider.api_mode,
+                     shared_limits=call.provider.shared_limits, book=rt.patterns)
+    call.error_class = found.error_class
+    failure = key_failure(found, response.status, now, call.provider.shared_limits)
+    lease = call.lease
+    try:
+        await ask(rt.ref("credentials"), KeyFailed(lease.provider, lease.fingerprint, failure))
+    except (ActorUnavailable, StoreError) as exc:
+        logger.warning("call {}: key failure not recorded: {}", call.call_id, exc)
+        return False
+    if not fails_over(found):
+        return await _retry(call, found, response.status)
+    call.tried.append(lease.fingerprint)
+    try:
+        following = await ask(rt.ref("credentials"),
+                              Lease(lease.provider, call.call_id, tuple(call.tried)))
+    except (NoCredential, ActorUnavailable):
+        return False  # no other key: the client gets this answer
+    release_key(rt, call)
+    call.attempts.append(CallAttempt(credential=lease.fingerprint, status=response.status,
+                                     error_class=found.error_class))
+    call.lease, call.released = following, False
+    logger.info("call {}: {} from key {}: failing over to key {}", call.call_id,
+                response.status, lease.fingerprint, following.fingerprint)
+    return True
+
+
+def _last_known(rt: Runtime, provider: str, credential: str,
+                now: datetime) -> tuple[RateLimitSnapshot | None, float]:
+    """The key's last recorded buckets (``view_ratelimits``) and their age in seconds.
+
+    Read in a worker thread, on the failure path only: a success never pays for it.
+    """
+    rows = rt.log.read_connection().execute(
+        "SELECT bucket, lim, remaining, reset_seconds, observed_at FROM view_ratelimits"
+        " WHERE provider = ? AND credential = ?", (provider, credential)).fetchall()
+    if not rows:
+        return None, 0.0
+    buckets = tuple(RateLimitBucket(
+        name=str(name), limit=None if limit is None else int(limit),
+        remaining=None if remaining is None else int(remaining),
+        reset_seconds=None if reset is None else float(reset))
+        for name, limit, remaining, reset, _ in sorted(rows))
+    newest = max(datetime.fromisoformat(str(row[4])) for row in rows)
+    return RateLimitSnapshot(buckets=buckets), max(0.0, (now - newest).total_seconds())
+
+
+async def _retry(call: ProxiedCall, found: Classification, status: int) -> bool:
+    """Wait, then send again with the same key (True), if the class asks for a retry.
+
+    Overload, 5xx and timeouts only, before anything reached the client, at most
+    :data:`MAX_RETRIES` times per call, jittered (``domain.classifier.retry_delay``); a
+    longer ``Retry-After`` than a short wait means relay, not hold the client.
+    """
+    if found.recovery != "retry":
+        return False
+    delay = retry_delay(call.retries + 1, _RNG, found.reset_seconds)
+    if delay is None:
+        return False
+    call.retries += 1
+    assert call.lease is not None
+    call.attempts.append(CallAttempt(credential=call.lease.fingerprint, status=status,
+                                     error_class=found.error_class))
+    logger.info("call {}: {} ({}); retry {} in {:.2f} s", call.call_id, status or "no answer",
+                found.error_class, call.retries, delay)
+    await asyncio.sleep(delay)
+    return True
+
+
+def transport_of(exc: aiohttp.ClientError) -> Transport:
+    """The kind of transport failure an aiohttp error is (for the classifier)."""
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "tls"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connect"
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        return "reset"
+    return "protocol"
+
+
+async def retry_transport(rt: Runtime, call: ProxiedCall, transport: Transport) -> bool:
+    """No answer came: count it for the breaker and retry (bounded) when the class says so."""
+    now = rt.clock.now()
+    found = classify(0, {}, b"", now=now, transport=transport, provider=call.provider.name,
+                     book=rt.patterns)
+    call.error_class = found.error_class
+    lease = call.lease
+    if lease is not None and lease.fingerprint:
+        try:
+            await ask(rt.ref("credentials"), KeyFailed(
+                lease.provider, lease.fingerprint, key_failure(found, 0, now)))
+        except (ActorUnavailable, StoreError) as exc:
+            logger.warning("call {}: failure not recorded: {}", call.call_id, exc)
+    return await _retry(call, found, 0)
