@@ -145,3 +145,28 @@ def test_status_shows_a_benched_key_though_a_later_call_succeeded(
     assert creds[a]["health"] == "exhausted" and creds[a]["until"]
     code, text, _ = run(capsys, "status", "--db", str(daemon.db))
     assert code == 0 and "exhausted until " in text
+
+
+def test_a_key_added_from_another_environment_is_not_taken_for_it(
+    daemons: Daemons, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loguru import logger
+
+    daemon = daemons.start(extra_keys={"FAKE_KEY_C": "sk-test-c-" + "7" * 16})
+    # The shell running `keys add` holds another value under the same name.
+    monkeypatch.setenv("FAKE_KEY_C", "sk-test-c-" + "8" * 16)
+    seen: list[str] = []
+    sink = logger.add(lambda m: seen.append(str(m)), level="WARNING")
+    try:
+        assert run(capsys, "keys", "add", "fake", "env:FAKE_KEY_C",
+                   "--db", str(daemon.db))[0] == 0
+        daemons.steer("FAKE_KEY_A", TRANSIENT)
+        daemons.steer("FAKE_KEY_B", TRANSIENT)
+        time.sleep(0.6)
+        with pytest.raises(Exception, match="429"):
+            ask(daemon)
+    finally:
+        logger.remove(sink)
+    assert "FAKE_KEY_C" not in daemons.used()
+    assert any("holds another key in the daemon's environment" in line for line in seen)
+    assert not any("sk-test-c-" in line for line in seen)
