@@ -33,6 +33,7 @@ __all__ = [
     "Release",
     "ReleaseBudget",
     "RequestCompaction",
+    "Resend",
     "Resume",
     "SetSessionCap",
     "Settle",
@@ -59,6 +60,19 @@ class Resume(msgspec.Struct, frozen=True):
     session_id: str
     call_id: str
     result: Any
+
+
+class Resend(msgspec.Struct, frozen=True):
+    """The upstream said an admitted call was too long: govern it again, more compressed.
+
+    ``request`` is the client's request as first asked (before governance), under the
+    admitted call's id; ``reason`` the error's class. Reply: the new governed
+    ``CallRequest`` once CallResent is durable, or None when there is nothing more to
+    compress (the error is then relayed as it came).
+    """
+
+    request: CallRequest
+    reason: str
 
 
 class Abandon(msgspec.Struct, frozen=True):

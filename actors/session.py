@@ -34,18 +34,33 @@ from sessionwarden.actors.messages import (
     Complete,
     NeedsWork,
     RequestCompaction,
+    Resend,
     Resume,
     new_event,
 )
 from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.config import Config
-from sessionwarden.domain.admission import Admitted, Pending, Pipeline, Verdict, verdict_events
+from sessionwarden.domain.admission import (
+    Admitted,
+    Pending,
+    Pipeline,
+    Proceed,
+    Stage,
+    Verdict,
+    verdict_events,
+)
 from sessionwarden.domain.calls import complete_call
 from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.session import OpenCall, SessionState, session_stream
 from sessionwarden.domain.stages import default_pipeline
-from sessionwarden.events import CompactionRequested, SessionStarted
+from sessionwarden.events import (
+    CallResent,
+    CompactionRequested,
+    CompactionSkipped,
+    ContextCompressed,
+    SessionStarted,
+)
 from sessionwarden.redact import default_redactor
 from sessionwarden.store import ANY, NO_STREAM, Content, EventLog, StreamAppend
 from sessionwarden.store.errors import IdempotencyConflict, StoreError, WrongExpectedVersion
@@ -89,12 +104,16 @@ class SessionActor(GovernedActor):
         max_pending: int = 10_000,
         on_failure: Callable[[BaseException], None] | None = None,
         prices: PriceBook | None = None,
+        resend: Stage | None = None,
     ) -> None:
         """Serve sessions from ``log``, keeping at most ``max_sessions`` in memory.
 
         ``max_pending`` bounds admissions waiting for work: a proxy that never resumes
         (its task died) must not grow the map for ever; the oldest is forgotten first.
         ``prices`` prices each completion (without it every cost is ``unknown``).
+        ``resend`` is the context stage a call the upstream found too long is governed
+        again with (a lower compression target, the builtin summariser); without it such
+        a call is not resent.
         """
         super().__init__(on_failure)
         self._log = log
@@ -102,6 +121,7 @@ class SessionActor(GovernedActor):
         self._clock = clock or SystemClock()
         self._redact = redact
         self._prices = prices
+        self._resend = resend
         self._max = max_sessions
         self._max_pending = max_pending
         self._sessions: OrderedDict[str, SessionState] = OrderedDict()
@@ -129,6 +149,8 @@ class SessionActor(GovernedActor):
             return self._conclude(state, verdict, reply)
         if isinstance(message, RequestCompaction):
             return self._request_compaction(message, reply)
+        if isinstance(message, Resend):
+            return self._resend_call(message, reply)
         if isinstance(message, Abandon):
             self._pending.pop(message.call_id, None)
             return None
@@ -249,6 +271,39 @@ class SessionActor(GovernedActor):
         state.fold(event)
         part = StreamAppend(session_stream(state.session_id), (new_event(event),), ANY)
         self._append(state.session_id, [part], reply, True)
+        return PENDING
+
+    def _resend_call(self, message: Resend, reply: Reply) -> object:
+        """Compress the call's history further and record what goes upstream the second time.
+
+        The stage runs over the client's request again, with a compaction asked for: the
+        governed history adopted at admission recognises it whole, so the only change is
+        the compression, at a lower target. Nothing is recorded when it saved nothing.
+        """
+        request = message.request
+        state = self._get(request.session_id)
+        if self._resend is None or request.call_id not in state.open:
+            return None
+        asked = CompactionRequested(focus="the upstream said the request is too long")
+        state.fold(asked)
+        outcome = self._resend(state, request, self._clock.now())
+        if not isinstance(outcome, Proceed) or not any(
+                isinstance(e, ContextCompressed) for e in outcome.events):
+            state.fold(CompactionSkipped(call_id=request.call_id, reason="resend: nothing "
+                                         "more to compress"))
+            return None
+        governed = outcome.request
+        events = [asked, *outcome.events,
+                  CallResent(call_id=request.call_id, reason=message.reason,
+                             request=governed.record)]
+        for event in events[1:]:
+            state.fold(event)
+        if governed.context is not None:
+            state.adopt(governed.context)
+        part = StreamAppend(session_stream(state.session_id),
+                            tuple(new_event(e) for e in events), ANY,
+                            contents=tuple(Content(k, d) for k, d in governed.contents))
+        self._append(state.session_id, [part], reply, governed)
         return PENDING
 
     # -- appends ---------------------------------------------------------------------------

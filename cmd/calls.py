@@ -72,7 +72,9 @@ class ProxiedCall:
 
     __slots__ = (
         "attempts",
+        "body",
         "call_id",
+        "client_request",
         "error_class",
         "lease",
         "model",
@@ -80,6 +82,7 @@ class ProxiedCall:
         "provider",
         "recorded",
         "released",
+        "resent",
         "retries",
         "sent_at",
         "session_id",
@@ -108,6 +111,11 @@ class ProxiedCall:
         self.tried: list[str] = []
         #: Retries of the same request after an overload, a 5xx or a timeout (at most 2).
         self.retries = 0
+        #: The client's request as asked (governed again if the upstream finds it too
+        #: long, once: ``resent``) and the body sent upstream now.
+        self.client_request: CallRequest | None = None
+        self.resent = False
+        self.body = b""
         self.attempts: list[CallAttempt] = []
         #: The class of the last upstream error (``domain.classifier``), "" if none.
         self.error_class = ""

@@ -5,6 +5,8 @@ asks here what to do with it: :func:`fail_over` classifies it (``domain.classifi
 with the key's last recorded buckets for a 429), tells the pool the key's failure (the
 key and the breaker change durably before the reply), and for a failure of that key
 takes the next usable key (each key at most once per call: a rotation is not a retry);
+for a request the upstream finds too long it has the session's actor compress the
+history further and sends that, once;
 for an overload, a 5xx or a timeout it waits and sends again with the same key, at
 most :data:`~sessionwarden.domain.classifier.MAX_RETRIES` times, jittered.
 :func:`retry_transport` does the same when no answer came at all. Each failed attempt
@@ -20,7 +22,7 @@ import aiohttp
 from loguru import logger
 from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import KeyFailed, Lease
+from sessionwarden.actors.messages import KeyFailed, Lease, Resend
 from sessionwarden.cmd.calls import ProxiedCall, release_key
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.domain.calls import CallAttempt
@@ -30,6 +32,7 @@ from sessionwarden.domain.errors import NoCredential
 from sessionwarden.domain.failover import fails_over, key_failure
 from sessionwarden.domain.ratelimits import RateLimitBucket, RateLimitSnapshot
 from sessionwarden.store.errors import StoreError
+from sessionwarden.upstream.chat_completions import ChatCompletions
 from sessionwarden.upstream.client import UpstreamResponse
 
 __all__ = ["fail_over", "retry_transport", "transport_of"]
@@ -39,7 +42,7 @@ _RNG = random.Random()
 
 
 async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
-                       body: bytes) -> bool:
+                    body: bytes, adapter: ChatCompletions) -> bool:
     """Judge an error answer; on a key's own failure, take the next key (True).
 
     The key is benched first (the pool replies once that is durable), so the next lease
@@ -63,6 +66,8 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
     except (ActorUnavailable, StoreError) as exc:
         logger.warning("call {}: key failure not recorded: {}", call.call_id, exc)
         return False
+    if found.recovery == "compress_and_retry":
+        return await _resend(rt, call, found, response.status, adapter)
     if not fails_over(found):
         return await _retry(call, found, response.status)
     call.tried.append(lease.fingerprint)
@@ -77,6 +82,34 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
     call.lease, call.released = following, False
     logger.info("call {}: {} from key {}: failing over to key {}", call.call_id,
                 response.status, lease.fingerprint, following.fingerprint)
+    return True
+
+
+async def _resend(rt: Runtime, call: ProxiedCall, found: Classification, status: int,
+                  adapter: ChatCompletions) -> bool:
+    """Too long for the upstream: once per call, govern it again, more compressed, resend.
+
+    The session's actor compresses the history to a lower target and records what goes
+    upstream now (CallResent, its contents in the same append) before replying, so
+    nothing is sent that the log does not hold. False: nothing more to compress.
+    """
+    if call.resent or call.client_request is None or call.lease is None:
+        return False
+    call.resent = True
+    try:
+        governed = await ask(rt.session_ref(call.session_id),
+                             Resend(call.client_request, found.error_class))
+    except (ActorUnavailable, StoreError) as exc:
+        logger.warning("call {}: not governed again: {}", call.call_id, exc)
+        return False
+    if governed is None:
+        return False
+    sent = governed.body
+    call.body = adapter.upstream_body(sent.fields_bytes, sent.items)
+    call.attempts.append(CallAttempt(credential=call.lease.fingerprint, status=status,
+                                     error_class=found.error_class))
+    logger.info("call {}: {} ({}); compressed further and sent again", call.call_id,
+                status, found.error_class)
     return True
 
 

@@ -113,6 +113,7 @@ async def chat_completions(
         model=upstream_model, api_mode=provider.api_mode, shape=shape, body=payload,
         client=headers.get("user-agent", "")[:200], parent_session=parent,
     )
+    call.client_request = call_request  # governed again if the upstream finds it too long
     # The key is asked for while admission runs: neither waits for the other.
     leasing = request_lease(rt, call)
     try:
@@ -182,9 +183,11 @@ async def _forward(
     headers: dict[str, str], injected: bool, receive: ASGIReceive, send: ASGISend,
 ) -> None:
     client = ClientWatch(receive)
+    call.body = body
     try:
-        while True:
-            relayed = await _attempt(rt, call, adapter, body, headers, injected, client, send)
+        while True:  # the body changes only when a too-long call is governed again
+            relayed = await _attempt(rt, call, adapter, call.body, headers, injected, client,
+                                     send)
             if relayed:
                 return
     finally:
@@ -240,7 +243,7 @@ async def _attempt(
             except (aiohttp.ClientError, TimeoutError):
                 early = None
             else:
-                if await fail_over(rt, call, response, early):
+                if await fail_over(rt, call, response, early, adapter):
                     return False
         await _relay_plain(rt, call, adapter, response, client, send, early)
         return True

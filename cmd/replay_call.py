@@ -37,6 +37,7 @@ from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
     CallRefused,
+    CallResent,
     ContentRef,
     ContextCompressed,
     Event,
@@ -53,12 +54,13 @@ __all__ = ["SentRequest", "content_references", "rebuild", "run_replay_call"]
 _json = msgspec.json.Encoder()
 
 #: The events that explain a call's request, besides its admission and completion.
-_DECISIONS = (ToolResultSpilled, ContextCompressed, SummariserFailed, HistoryReset)
+_DECISIONS = (ToolResultSpilled, ContextCompressed, SummariserFailed, HistoryReset,
+              CallResent)
 
 
 def content_references(event: Event) -> Iterator[str]:
     """The content keys ``event`` refers to that the log must hold (for ``--verify``)."""
-    record = event.request if isinstance(event, CallAdmitted) else None
+    record = event.request if isinstance(event, CallAdmitted | CallResent) else None
     if record is not None and record.stored:
         withheld = set(record.withheld)
         refs = (*([record.fields] if record.fields else ()), *(record.system or ()),
@@ -97,8 +99,10 @@ def rebuild(log: EventLog, session_id: str, call: str) -> SentRequest:
     events = _decoded(log, session_id)
     if not events:
         raise CommandError(printable(f"no session {session_id!r} in this log"))
+    # A call's latest record is what it sent last (a resend's, if it was resent): the
+    # record later calls build on, and the request shown.
     records = {e.call_id: e.request for e in events
-               if isinstance(e, CallAdmitted) and e.request is not None}
+               if isinstance(e, CallAdmitted | CallResent) and e.request is not None}
     order = list(records)
     call_id = _resolve(session_id, call, order, {
         e.call_id for e in events if isinstance(e, CallAdmitted | CallRefused)})
@@ -200,6 +204,8 @@ def decision_line(event: Event) -> str:
                 f"cooldown {event.cooldown_s:g} s")
     if isinstance(event, HistoryReset):
         return f"history reset: {event.reason} ({event.matched} messages still matched)"
+    if isinstance(event, CallResent):
+        return f"resent after {event.reason}: the request shown is the second one"
     if isinstance(event, CallAdmitted):
         return f"side call {event.call_id} ({event.purpose}): {event.provider}/{event.model}"
     return type(event).type_tag()  # pragma: no cover - every decision type is above

@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pykka
 from loguru import logger
 from sessionwarden.actors.bridge import ask_blocking
@@ -133,6 +134,14 @@ class Runtime:
         self.spill_dir = spill_directory(config, db_path)
         pipeline = pipeline or default_pipeline(config, str(self.spill_dir),
                                                 config.daemon.record_messages, _holds_secret)
+        # A call the upstream finds too long is governed again: compressed to half the
+        # usual target, by the builtin summariser (no side call while a client waits).
+        lower = config.compression
+        lower = msgspec.structs.replace(lower, enabled=True, summariser="builtin",
+                                        target_ratio=max(0.05, lower.target_ratio / 2))
+        resend = default_pipeline(msgspec.structs.replace(config, compression=lower),
+                                  str(self.spill_dir), config.daemon.record_messages,
+                                  _holds_secret).stages[-1]
         self.performers[SpillWork] = partial(write_spills, SpillStore(self.spill_dir))
         # Built once: the price library's data loads here (about 0.2 s), never per call.
         prices = PriceBook(config)
@@ -151,7 +160,7 @@ class Runtime:
         specs += [
             ActorSpec(f"session-{i}", lambda f: SessionActor.start(
                 log, pipeline=pipeline, clock=clock_, max_sessions=max_sessions_per_shard,
-                on_failure=f, prices=prices))
+                on_failure=f, prices=prices, resend=resend))
             for i in range(session_shards)
         ]
         #: The credit notices up per key, for the ``x-sessionwarden-notice`` header.

@@ -38,6 +38,7 @@ from sessionwarden.events.session import (
     CallAttempt,
     CallCompleted,
     CallRefused,
+    CallResent,
     SessionStarted,
 )
 from sessionwarden.events.store_events import STORE_UPCASTERS, WalCheckpointed
@@ -57,6 +58,7 @@ __all__ = [
     "CallAttempt",
     "CallCompleted",
     "CallRefused",
+    "CallResent",
     "CompactionRequested",
     "CompactionSkipped",
     "ContentRef",
@@ -94,6 +96,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     CallAdmitted,
     CallRefused,
     CallCompleted,
+    CallResent,
     ToolResultSpilled,
     HistoryReset,
     ContextCompressed,

@@ -21,6 +21,7 @@ __all__ = [
     "CallAttempt",
     "CallCompleted",
     "CallRefused",
+    "CallResent",
     "SessionStarted",
 ]
 
@@ -96,6 +97,23 @@ class CallRefused(Event, frozen=True):
     status: int
     reason: str
     code: str = ""
+
+
+class CallResent(Event, frozen=True):
+    """An admitted call is sent again, governed afresh: what the second request holds.
+
+    The upstream said the first one was too long (``reason``: the error's class,
+    ``context_overflow`` or ``payload_too_large``); the history was compressed further
+    (a ContextCompressed before this event) and ``request`` records what goes upstream
+    now, by content keys, as CallAdmitted's does. A call's latest record is the one a
+    later call's record builds on, and the one ``replay --call`` rebuilds.
+    """
+
+    TAG: ClassVar[str] = "session.call_resent.v1"
+
+    call_id: str
+    reason: str = ""
+    request: RequestRecord | None = None
 
 
 #: How a call ended, as the proxy saw it.

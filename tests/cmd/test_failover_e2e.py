@@ -250,3 +250,53 @@ def test_a_bare_429_on_a_key_known_to_be_out_for_hours_benches_it_for_hours(
     assert (bench.state, bench.reason) == ("exhausted", "genuine_limit")
     assert bench.until is not None
     assert datetime.fromisoformat(bench.until) >= start + timedelta(hours=1, minutes=58)
+
+
+def test_a_request_too_long_for_the_upstream_is_compressed_further_and_resent_once(
+    daemons: Daemons, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sessionwarden.cmd.main import main
+    from sessionwarden.cmd.replay_call import rebuild
+    from sessionwarden.events import CallResent, ContextCompressed
+
+    daemon = daemons.start(provider_extra="")
+    daemon.stop()
+    daemons.made.pop()
+    extra = ('[compression]\nenabled = false\n[[models]]\nname = "small"\nprovider = "fake"\n'
+             "context_length = 16000\n")
+    again = InProcessDaemon(daemon.db, daemons.fake, clock=daemons.clock, extra_config=extra)
+    again.keys = daemon.keys
+    daemons.made.append(again)
+    again.start()
+    history: list[dict[str, str]] = []
+    for turn in range(30):
+        history.append({"role": "user", "content": f"question {turn}: " + "why? " * 240})
+        history.append({"role": "assistant", "content": f"answer {turn}: " + "because. " * 130})
+    history.append({"role": "user", "content": "and now, the last question?"})
+    total = sum(len(m["content"]) for m in history)
+    daemons.fake.state.by_model["small"] = {"max_prompt_chars": total // 2}
+    with again.openai(session="long") as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model="small", messages=history)  # type: ignore[arg-type]
+    assert raw.http_response.status_code == 200
+    sent = [r for r in daemons.fake.state.snapshot() if r.path == "/v1/chat/completions"]
+    assert len(sent) == 2 and len(sent[1].raw) < len(sent[0].raw) // 2
+    events = [CODEC.decode(e.type, e.data) for e in again.runtime.log.read_stream("session-long")]
+    [resent] = [e for e in events if isinstance(e, CallResent)]
+    [done] = completions(again, "long")
+    assert resent.reason == "context_overflow" and resent.call_id == done.call_id
+    assert [(t.status, t.error_class) for t in done.attempts] == [(400, "context_overflow")]
+    assert any(isinstance(e, ContextCompressed) for e in events)
+    # The log rebuilds the request that was sent the second time, byte for byte.
+    sent_again = rebuild(again.runtime.log, "long", done.call_id)
+    assert sent_again.body == sent[1].raw and not sent_again.missing
+    # The next call builds on what was resent: its request too rebuilds byte for byte.
+    history += [{"role": "assistant", "content": raw.parse().choices[0].message.content},
+                {"role": "user", "content": "thanks; one more?"}]
+    with again.openai(session="long") as client:
+        client.chat.completions.create(model="small", messages=history)  # type: ignore[arg-type]
+    third = [r for r in daemons.fake.state.snapshot() if r.path == "/v1/chat/completions"][-1]
+    second_call = completions(again, "long")[-1].call_id
+    assert rebuild(again.runtime.log, "long", second_call).body == third.raw
+    assert len(third.raw) < len(sent[0].raw) // 2  # it kept the compressed history
+    assert main(["replay", "--verify", "--db", str(again.db)]) == 0  # every content held

@@ -78,6 +78,7 @@ class FakeOptions:
     error_message: str | None = None  # an error answer's message instead of the default
     error_code: str | None = None  # an error answer's code instead of the default
     fail_first: int = 0  # with status: only the first N requests of this key fail
+    max_prompt_chars: int | None = None  # a longer prompt gets OpenAI's context-length 400
 
     @classmethod
     def parse(cls, body: dict[str, Any], headers: dict[str, str],
@@ -313,6 +314,17 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
         if opts.status is not None and int(opts.status) >= 400 and _fails(st, opts, headers):
             st.count("errors")
             return _error(opts, headers, anthropic=False)
+        if opts.max_prompt_chars is not None:
+            chars = sum(len(_text(m.get("content"))) for m in body.get("messages", [])
+                        if isinstance(m, dict))
+            if chars > opts.max_prompt_chars:
+                st.count("too_long")
+                return JSONResponse({"error": {
+                    "message": "This model's maximum context length is 8192 tokens. "
+                               f"However, your messages resulted in {chars // 4} tokens. "
+                               "Please reduce the length of the messages.",
+                    "type": "invalid_request_error", "param": "messages",
+                    "code": "context_length_exceeded"}}, status_code=400)
         if opts.redirect:
             return Response(status_code=307, headers={"location": opts.redirect})
         if opts.raw_body is not None:
