@@ -14,7 +14,7 @@ import msgspec
 from sessionwarden.domain.calls import CallOutcome, CallRequest
 from sessionwarden.domain.key_states import KeyFailure
 from sessionwarden.domain.ratelimits import RateLimitSnapshot
-from sessionwarden.events import CODEC, Event
+from sessionwarden.events import CODEC, Event, RequestRecord
 from sessionwarden.store import NewEvent, StreamAppend
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "Release",
     "ReleaseBudget",
     "RequestCompaction",
+    "Reroute",
     "Resend",
     "Resume",
     "SetSessionCap",
@@ -72,6 +73,22 @@ class Resend(msgspec.Struct, frozen=True):
     """
 
     request: CallRequest
+    reason: str
+
+
+class Reroute(msgspec.Struct, frozen=True):
+    """An admitted call goes to its model's fallback route: record it before it is sent.
+
+    ``record`` is the call's admitted request record; ``fields`` the request's fields
+    re-encoded for ``provider``'s ``model``. Reply: True once CallResent is durable.
+    """
+
+    session_id: str
+    call_id: str
+    record: RequestRecord
+    provider: str
+    model: str
+    fields: bytes
     reason: str
 
 

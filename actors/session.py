@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from loguru import logger
 from sessionwarden.actors.bridge import PENDING, GovernedActor, Reply
 from sessionwarden.actors.errors import ActorCrash
@@ -34,6 +35,7 @@ from sessionwarden.actors.messages import (
     Complete,
     NeedsWork,
     RequestCompaction,
+    Reroute,
     Resend,
     Resume,
     new_event,
@@ -54,6 +56,7 @@ from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.session import OpenCall, SessionState, session_stream
 from sessionwarden.domain.stages import default_pipeline
+from sessionwarden.domain.transcript import content_key
 from sessionwarden.events import (
     CallResent,
     CompactionRequested,
@@ -151,6 +154,8 @@ class SessionActor(GovernedActor):
             return self._request_compaction(message, reply)
         if isinstance(message, Resend):
             return self._resend_call(message, reply)
+        if isinstance(message, Reroute):
+            return self._reroute(message, reply)
         if isinstance(message, Abandon):
             self._pending.pop(message.call_id, None)
             return None
@@ -304,6 +309,23 @@ class SessionActor(GovernedActor):
                             tuple(new_event(e) for e in events), ANY,
                             contents=tuple(Content(k, d) for k, d in governed.contents))
         self._append(state.session_id, [part], reply, governed)
+        return PENDING
+
+    def _reroute(self, message: Reroute, reply: Reply) -> object:
+        """Record that a call goes to its fallback route, with the fields sent there."""
+        state = self._get(message.session_id)
+        if message.call_id not in state.open:
+            return False
+        fields = message.fields
+        ref = (content_key(fields), len(fields))
+        record = msgspec.structs.replace(message.record, fields=ref)
+        event = CallResent(call_id=message.call_id, reason=message.reason, request=record,
+                           provider=message.provider, model=message.model)
+        state.fold(event)
+        contents = (Content(ref[0], fields),) if record.stored else ()
+        part = StreamAppend(session_stream(state.session_id), (new_event(event),), ANY,
+                            contents=contents)
+        self._append(state.session_id, [part], reply, True)
         return PENDING
 
     # -- appends ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
     CallRefused,
+    CallResent,
     CredentialAdded,
     CredentialRemoved,
     RateLimitsObserved,
@@ -31,6 +32,7 @@ __all__ = ["CredentialsView", "LedgerView", "RateLimitsView", "SessionsView"]
 # log must count the events written before a schema change.
 _ADMITTED = CODEC.tags_of(CallAdmitted)
 _COMPLETED = CODEC.tags_of(CallCompleted)
+_RESENT = CODEC.tags_of(CallResent)
 _SESSION_TYPES = (CODEC.tags_of(SessionStarted) | _ADMITTED | CODEC.tags_of(CallRefused)
                   | _COMPLETED)
 _CREDENTIAL_TYPES = (CODEC.tags_of(CredentialAdded) | CODEC.tags_of(CredentialRemoved)
@@ -130,12 +132,18 @@ class LedgerView:
         """Fold CallAdmitted and CallCompleted."""
         for e in events:
             kind = e.type
-            if kind not in _ADMITTED and kind not in _COMPLETED:
+            if kind not in _ADMITTED and kind not in _COMPLETED and kind not in _RESENT:
                 continue
             session_id = session_id_of(e.stream)
             if session_id is None:
                 continue
             event = CODEC.decode(kind, e.data)
+            if isinstance(event, CallResent):
+                if event.provider:  # sent elsewhere (a fallback route): its ledger row too
+                    conn.execute("UPDATE view_calls_open SET provider = ?, model = ?"
+                                 " WHERE call_id = ?",
+                                 (event.provider, event.model, event.call_id))
+                continue
             if isinstance(event, CallAdmitted):
                 conn.execute(
                     "INSERT OR IGNORE INTO view_calls_open VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -6,7 +6,8 @@ with the key's last recorded buckets for a 429), tells the pool the key's failur
 key and the breaker change durably before the reply), and for a failure of that key
 takes the next usable key (each key at most once per call: a rotation is not a retry);
 for a request the upstream finds too long it has the session's actor compress the
-history further and sends that, once;
+history further and sends that, once; :func:`reroute` sends a call its provider cannot
+take (every key benched, the breaker open) to its model's fallback route;
 for an overload, a 5xx or a timeout it waits and sends again with the same key, at
 most :data:`~sessionwarden.domain.classifier.MAX_RETRIES` times, jittered.
 :func:`retry_transport` does the same when no answer came at all. Each failed attempt
@@ -22,16 +23,18 @@ import aiohttp
 from loguru import logger
 from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import KeyFailed, Lease, Resend
+from sessionwarden.actors.messages import KeyFailed, Lease, Release, Reroute, Resend
 from sessionwarden.cmd.calls import ProxiedCall, release_key
 from sessionwarden.cmd.runtime import Runtime
-from sessionwarden.domain.calls import CallAttempt
+from sessionwarden.config import UnknownModel
+from sessionwarden.domain.calls import CallAttempt, CallRequest
 from sessionwarden.domain.classification import Classification, Transport
 from sessionwarden.domain.classifier import classify, retry_delay
-from sessionwarden.domain.errors import NoCredential
+from sessionwarden.domain.errors import KeysBenched, NoCredential
 from sessionwarden.domain.failover import fails_over, key_failure
 from sessionwarden.domain.ratelimits import RateLimitBucket, RateLimitSnapshot
 from sessionwarden.store.errors import StoreError
+from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.chat_completions import ChatCompletions
 from sessionwarden.upstream.client import UpstreamResponse
 
@@ -111,6 +114,46 @@ async def _resend(rt: Runtime, call: ProxiedCall, found: Classification, status:
     logger.info("call {}: {} ({}); compressed further and sent again", call.call_id,
                 status, found.error_class)
     return True
+
+
+async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
+                  benched: KeysBenched) -> tuple[ChatCompletions, bytes, bool] | None:
+    """Send the call to its model's fallback route while its provider can take none.
+
+    The fields are encoded for the fallback's model and recorded (``session.call_resent``
+    with the route) before anything is sent; the call then belongs to that provider
+    (its key, its price, its ledger row). Returns the route's adapter, the fields and
+    whether usage was injected, or None: no fallback, or it cannot take the call either.
+    """
+    entry = rt.config.model_for(call.provider.name, call.model)
+    if entry is None or not entry.fallback or admitted.record is None:
+        return None
+    try:
+        provider, model = rt.route(entry.fallback)
+    except UnknownModel:
+        return None
+    adapter = adapter_for(provider.api_mode)
+    if adapter is None:
+        return None
+    fields, injected = adapter.upstream_fields(admitted.body.fields, model, call.stream)
+    try:
+        lease = await ask(rt.ref("credentials"), Lease(provider.name, call.call_id))
+    except (NoCredential, ActorUnavailable) as exc:
+        logger.info("call {}: fallback {} cannot take it either: {}", call.call_id,
+                    entry.fallback, exc)
+        return None
+    try:
+        await ask(rt.session_ref(call.session_id), Reroute(
+            call.session_id, call.call_id, admitted.record, provider.name, model, fields,
+            benched.reason))
+    except (ActorUnavailable, StoreError) as exc:
+        logger.warning("call {}: the fallback route was not recorded: {}", call.call_id, exc)
+        rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint))
+        return None
+    call.provider, call.model, call.lease, call.released = provider, model, lease, False
+    logger.info("call {}: provider {} cannot take it ({}); sent to its fallback {}",
+                call.call_id, benched.provider, benched.reason, entry.fallback)
+    return adapter, fields, injected
 
 
 def _last_known(rt: Runtime, provider: str, credential: str,

@@ -40,7 +40,7 @@ from sessionwarden.cmd.calls import (
     return_lease,
     take_lease,
 )
-from sessionwarden.cmd.failover import fail_over, retry_transport, transport_of
+from sessionwarden.cmd.failover import fail_over, reroute, retry_transport, transport_of
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.watch import ClientGone, ClientWatch
@@ -137,19 +137,23 @@ async def chat_completions(
                          code=verdict.code or None,
                          headers=[(b"retry-after", str(wait_s).encode())] if wait_s else ())
         return
+    sent = verdict.request.body
     try:
         await take_lease(call, leasing)
     except KeysBenched as exc:
-        await complete(rt, call, call.outcome("no_credential", error=str(exc)))
-        await _benched(send, exc, call)
-        return
+        routed = await reroute(rt, call, verdict.request, exc)
+        if routed is None:
+            await complete(rt, call, call.outcome("no_credential", error=str(exc)))
+            await _benched(send, exc, call)
+            return
+        adapter, fields, injected = routed
+        sent.fields_bytes = fields
     except (NoCredential, ActorUnavailable) as exc:
         await complete(rt, call, call.outcome("no_credential", error=str(exc)))
         await send_error(send, 503, str(exc), kind="server_error", code="no_credential",
                          headers=[_call_header(call)])
         return
     assert call.lease is not None
-    sent = verdict.request.body
     upstream_body = adapter.upstream_body(sent.fields_bytes, sent.items)
     try:
         await _forward(rt, call, adapter, upstream_body, headers, injected, receive, send)

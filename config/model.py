@@ -226,6 +226,9 @@ class ModelConfig(_Section, frozen=True):
     """``[[models]]``: a model name clients may use, and what sessionwarden knows of it.
 
     ``context_length`` None means unknown (the caller applies its default).
+    ``fallback`` is another route for the model (``"<provider>/<model>"`` or a
+    ``[[models]]`` name): calls go there while its provider can take none (every key
+    benched, or its breaker open).
     """
 
     name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MODEL_NAME)]
@@ -234,6 +237,7 @@ class ModelConfig(_Section, frozen=True):
     max_output_tokens: _Positive | None = None
     compression_threshold: _Fraction | None = None
     price: PriceConfig | None = None
+    fallback: str = ""
 
 
 class ToolsConfig(_Section, frozen=True):
@@ -339,6 +343,14 @@ class Config(_Section, frozen=True):
                 raise InvalidField(
                     f"models[{index}].provider",
                     f"expected the name of a configured provider (configured: {known})",
+                )
+        for index, model in enumerate(self.models):
+            route = _resolve(self, model.fallback) if model.fallback else None
+            if model.fallback and (route is None or route[0].name == model.provider):
+                raise InvalidField(
+                    f"models[{index}].fallback",
+                    'expected "<provider>/<model>" or a [[models]] name on another '
+                    "configured provider",
                 )
         summary = self.compression.summary_model
         if summary and _resolve(self, summary) is None:

@@ -15,6 +15,7 @@ from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
     CallRefused,
+    CallResent,
     CompactionRequested,
     CompactionSkipped,
     ContextCompressed,
@@ -90,6 +91,11 @@ class SessionState:
             self.refused += 1
         elif isinstance(event, SessionStarted):
             self.started = True
+        elif isinstance(event, CallResent) and event.provider:
+            call = self.open.get(event.call_id)
+            if call is not None:  # the route taken now: the completion is priced for it
+                self.open[event.call_id] = call._replace(provider=event.provider,
+                                                         model=event.model)
         elif isinstance(event, CompactionRequested):
             self.compaction = event.focus
         elif isinstance(event, ContextCompressed | CompactionSkipped):

@@ -100,13 +100,15 @@ class CallRefused(Event, frozen=True):
 
 
 class CallResent(Event, frozen=True):
-    """An admitted call is sent again, governed afresh: what the second request holds.
+    """An admitted call is sent again, or elsewhere: what the request holds now.
 
-    The upstream said the first one was too long (``reason``: the error's class,
-    ``context_overflow`` or ``payload_too_large``); the history was compressed further
-    (a ContextCompressed before this event) and ``request`` records what goes upstream
-    now, by content keys, as CallAdmitted's does. A call's latest record is the one a
-    later call's record builds on, and the one ``replay --call`` rebuilds.
+    Either the upstream said the first one was too long (``reason``: the error's class,
+    ``context_overflow`` or ``payload_too_large``; the history was compressed further, a
+    ContextCompressed before this event), or the provider could take no call and the
+    model's fallback route serves it (``reason`` ``no_usable_key``/``overload``,
+    ``provider`` and ``model`` the route now taken). ``request`` records what goes
+    upstream now, by content keys, as CallAdmitted's does. A call's latest record is
+    the one a later call's record builds on, and the one ``replay --call`` rebuilds.
     """
 
     TAG: ClassVar[str] = "session.call_resent.v1"
@@ -114,6 +116,8 @@ class CallResent(Event, frozen=True):
     call_id: str
     reason: str = ""
     request: RequestRecord | None = None
+    provider: str = ""
+    model: str = ""
 
 
 #: How a call ended, as the proxy saw it.

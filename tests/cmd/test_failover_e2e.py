@@ -6,6 +6,7 @@ with that key gets those options), so the daemon's choice of key decides the ans
 """
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import openai
@@ -300,3 +301,56 @@ def test_a_request_too_long_for_the_upstream_is_compressed_further_and_resent_on
     assert rebuild(again.runtime.log, "long", second_call).body == third.raw
     assert len(third.raw) < len(sent[0].raw) // 2  # it kept the compressed history
     assert main(["replay", "--verify", "--db", str(again.db)]) == 0  # every content held
+
+
+def test_while_no_key_can_take_a_call_the_models_fallback_route_serves_it(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    from sessionwarden.cmd.replay_call import rebuild
+    from sessionwarden.events import CallResent
+
+    extra = f"""
+[[providers]]
+name = "backup"
+base_url = "{fake.base_url}"
+keys = ["env:FAKE_KEY_C"]
+[[models]]
+name = "main"
+provider = "fake"
+fallback = "backup/other-model"
+price = {{ input = "1.00", output = "2.00" }}
+[[models]]
+name = "other-model"
+provider = "backup"
+price = {{ input = "3.00", output = "4.00" }}
+"""
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=extra)
+    daemon.keys["FAKE_KEY_C"] = "sk-test-c-" + "9" * 16
+    daemon.start()
+    try:
+        for name in ("FAKE_KEY_A", "FAKE_KEY_B"):
+            fake.state.by_key[daemon.keys[name]] = GENUINE
+        with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(model="main", messages=HI)  # type: ignore[arg-type]
+        # Both keys of "fake" are out for 2 h: the next call goes to the fallback route.
+        with daemon.openai(session="s") as client:
+            raw = client.chat.completions.with_raw_response.create(
+                model="main", messages=HI)  # type: ignore[arg-type]
+        assert raw.http_response.status_code == 200
+        last = fake.state.last
+        assert last.body["model"] == "other-model"
+        assert last.headers["authorization"] == f"Bearer {daemon.keys['FAKE_KEY_C']}"
+        events = [CODEC.decode(e.type, e.data) for e in daemon.runtime.log.read_stream("session-s")]
+        [moved] = [e for e in events if isinstance(e, CallResent)]
+        assert (moved.provider, moved.model, moved.reason) == ("backup", "other-model",
+                                                               "no_usable_key")
+        done = completions(daemon)[-1]
+        assert done.call_id == moved.call_id and done.status == 200
+        expected = (Decimal(done.input_tokens) * 3 + Decimal(done.output_tokens) * 4) / 10**6
+        assert done.cost is not None and Decimal(done.cost) == expected  # the route's price
+        [(provider, model)] = daemon.rows(
+            "SELECT provider, model FROM view_ledger WHERE call_id = ?", (done.call_id,))
+        assert (provider, model) == ("backup", "other-model")
+        assert rebuild(daemon.runtime.log, "s", done.call_id).body == last.raw
+    finally:
+        daemon.stop()

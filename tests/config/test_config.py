@@ -236,6 +236,10 @@ def test_structs_are_frozen() -> None:
         ("[budgets]\ndaily_usd = 'lots'\n", "budgets.daily_usd", "invalid decimal"),
         ("[tools]\noverrides = { terminal = 0 }\n", "tools.overrides", ">= 1"),
         (PROVIDER + "daily_usd = 2.5\n", "providers[0].daily_usd", "quote the number"),
+        (PROVIDER + '[[models]]\nname = "m"\nprovider = "p"\nfallback = "p/other"\n',
+         "models[0].fallback", "on another configured provider"),
+        (PROVIDER + '[[models]]\nname = "m"\nprovider = "p"\nfallback = "nowhere/x"\n',
+         "models[0].fallback", "on another configured provider"),
         (PROVIDER + "daily_usd = '0'\n", "providers[0].daily_usd", "above 0"),
         (PROVIDER + 'base_url = "ftp://x"', "providers[0]", None),
         (

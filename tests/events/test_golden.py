@@ -112,7 +112,8 @@ EXPECTED: dict[str, Event] = {
     "session.call_resent.v1": CallResent(
         call_id="c3vd2xk7m4qa5bdh", reason="context_overflow", request=RequestRecord(
             fields=("9f" * 16, 88), items_key="messages", system=(("2a" * 16, 120),),
-            base="", kept=0, appended=(("5c" * 16, 1800), ("77" * 16, 64)), stored=True)),
+            base="", kept=0, appended=(("5c" * 16, 1800), ("77" * 16, 64)), stored=True),
+        provider="backup", model="gpt-4.1-mini"),
     "context.tool_result_spilled.v1": ToolResultSpilled(
         call_id="c3vd2xk7m4qa5bdg", message=41, tool="terminal", reason="turn",
         file="4d" * 16 + ".txt", chars=150_000, bytes=150_210, preview_chars=1480,
