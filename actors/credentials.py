@@ -20,8 +20,8 @@ Each key's health and the provider's breaker (``actors/key_health.py`` over
 ``domain.key_states`` and ``domain.breaker``) decide which keys a lease may take: a
 benched key is never leased, and when none may be, the lease fails at once
 (``KeysBenched``: the proxy answers 429 with ``Retry-After`` without touching the
-upstream). :class:`KeyFailed` benches a key (its reply waits for the commit, so the
-call's failover lease, asked next, avoids it); a :class:`Release` of a served call ends
+upstream). :class:`KeyFailed` benches a key (folded before the reply, so the call's
+failover lease, asked next, avoids it); a :class:`Release` of a served call ends
 benches set before it was sent. Every transition is a KeyStateChanged on
 ``credentials-<provider>`` (a BreakerChanged on ``ratelimits-<provider>``), recovered
 at start by folding those streams, so a restarted daemon keeps failing fast until the
@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from loguru import logger
-from sessionwarden.actors.bridge import PENDING, GovernedActor, Reply
+from sessionwarden.actors.bridge import GovernedActor, Reply
 from sessionwarden.actors.errors import ActorCrash
 from sessionwarden.actors.key_health import OPERATOR, ProviderHealth, operator_event
 from sessionwarden.actors.messages import (
@@ -311,10 +311,13 @@ class CredentialPoolActor(GovernedActor):
                 return False
             events = health.failed(pool.fingerprints(), message.fingerprint, message.failure,
                                    self._clock.now())
-            if not events:
-                return True
-            self._append(message.provider, events, reply)
-            return PENDING
+            if events:
+                # Folded already, so the call's next lease (asked after this reply, in
+                # this actor) avoids the key: the failover waits for no commit. The
+                # writer commits in order, so the bench is durable before the call's
+                # own completion is; a crash in between loses a bench, never a call.
+                self._append(message.provider, events, None)
+            return True
         if isinstance(message, _NotRecorded):
             raise ActorCrash(f"provider {message.provider}: key health not recorded: "
                              f"{message.error}")

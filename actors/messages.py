@@ -172,8 +172,8 @@ class Lease(msgspec.Struct, frozen=True):
 class KeyFailed(msgspec.Struct, frozen=True):
     """An upstream failure with the key ``fingerprint``: bench it (or count an overload).
 
-    Reply: True once the key's (and the breaker's) new state is durable, so the call's
-    next lease, asked right after, already avoids the key.
+    Reply: True once the key's (and the breaker's) new state is folded (its append is
+    submitted), so the call's next lease, asked right after, already avoids the key.
     """
 
     provider: str

@@ -3,7 +3,7 @@
 The proxy (``cmd/proxy.py``) reads an error answer whole before relaying anything, and
 asks here what to do with it: :func:`fail_over` classifies it (``domain.classifier``,
 with the key's last recorded buckets for a 429), tells the pool the key's failure (the
-key and the breaker change durably before the reply), and for a failure of that key
+key and the breaker change before the reply), and for a failure of that key
 takes the next usable key (each key at most once per call: a rotation is not a retry);
 for a request the upstream finds too long it has the session's actor compress the
 history further and sends that, once; :func:`reroute` sends a call its provider cannot
