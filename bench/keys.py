@@ -14,6 +14,12 @@ Run ``.venv/bin/python bench/keys.py [--calls N] [--rounds R]``. Two parts, one 
    ``--calls`` plain calls, then of as many calls refused because every key is benched
    (one call answered 429 "2 h" by the upstream benched both keys): a refusal must cost
    less than a plain proxied call.
+3. A failover's cost: against an in-process fake steered per key, the daemon's two keys
+   taken in turn (round robin), ``--calls`` plain calls, then as many with key A
+   answering 403 (a key failure that rotates without benching): the calls that start on
+   A fail over to B. The difference of the means over the share of calls that failed
+   over is one failover's cost, set against the upstream's own round trip (the fake
+   called directly, same run).
 
 Numbers only; nothing here asserts.
 """
@@ -32,6 +38,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
 from proxy import TOKEN, Proc, start_daemon, start_fake
 from sessionwarden.actors.key_health import ProviderHealth
 from sessionwarden.domain.classifier import classify
@@ -125,6 +132,51 @@ def through_daemon(calls: int) -> None:
             proc.stop()
 
 
+def failover(calls: int) -> None:
+    from tests.support.fake_provider import FakeProviderServer
+
+    procs: list[Proc] = []
+    workdir = Path(tempfile.mkdtemp(prefix="sw-failover-"))
+    with FakeProviderServer() as fake:
+        try:
+            _, url, _ = start_daemon(workdir, fake.base_url, procs)
+            body = {"model": "gpt-test", "messages": MESSAGES}
+            headers = {"Authorization": f"Bearer {TOKEN}", "X-Session-Id": "bench-failover"}
+
+            def timed(client: httpx.Client, path: str, n: int) -> list[float]:
+                times = []
+                for _ in range(n):
+                    start = time.perf_counter()
+                    assert client.post(path, json=body).status_code == 200
+                    times.append((time.perf_counter() - start) * 1000)
+                return times
+
+            with httpx.Client(base_url=fake.base_url, timeout=30) as direct, \
+                    httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+                timed(client, "/chat/completions", 50)
+                upstream = timed(direct, "/chat/completions", calls)
+                plain = timed(client, "/chat/completions", calls)
+                before = len(fake.state.snapshot())
+                fake.state.by_key["sk-bench-a-1111"] = {
+                    "status": 403, "error_code": "permission_denied",
+                    "error_message": "This key is not allowed to use this model"}
+                mixed = timed(client, "/chat/completions", calls)
+        finally:
+            for proc in reversed(procs):
+                proc.stop()
+    failed_over = sum(1 for r in fake.state.snapshot()[before:] if r.headers.get(
+        "authorization") == "Bearer sk-bench-a-1111")
+    share = max(failed_over, 1) / calls  # the calls that failed over (each tried A once)
+    cost = (statistics.mean(mixed) - statistics.mean(plain)) / share
+    print(f"failover, means over {calls} calls ({share:.0%} of the second set fail over):")
+    print(f"  the upstream called directly (one round trip)  {statistics.mean(upstream):8.3f} ms")
+    print(f"  plain proxied call                             {statistics.mean(plain):8.3f} ms")
+    print(f"  calls failing over from A to B                 {statistics.mean(mixed):8.3f} ms"
+          f"  ({failed_over} attempts on A)")
+    print(f"  one failover's cost (difference / share)       {cost:8.3f} ms"
+          f"  = {cost / statistics.mean(upstream):.2f}x the upstream round trip")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=500, help="calls per kind (part 2)")
@@ -132,6 +184,7 @@ def main() -> None:
     args = parser.parse_args()
     in_process(args.rounds)
     through_daemon(args.calls)
+    failover(args.calls)
 
 
 if __name__ == "__main__":

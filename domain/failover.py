@@ -28,7 +28,12 @@ def key_failure(found: Classification, status: int, now: datetime,
     if found.error_class == "rate_limit":
         kind = "genuine_limit" if found.limit == "genuine" else "transient_limit"
     elif found.error_class == "auth":
-        kind = "auth_revoked" if found.auth in ("revoked", "invalid") else "auth"
+        # The classifier says what the key's state becomes: a 403 "forbidden" (the key
+        # may serve other models) rotates without benching it.
+        if found.key_state == "dead" or found.auth in ("revoked", "invalid"):
+            kind = "auth_revoked"
+        else:
+            kind = "auth" if found.key_state is not None else "other"
     else:
         kind = _KINDS.get(found.error_class, "other")
     return KeyFailure(kind=kind, status=status or None, reset_at=found.until(now),

@@ -119,5 +119,6 @@ def test_pricing_prints_each_mode_against_decode() -> None:
 def test_keys_prints_selection_classification_and_the_fast_refusal() -> None:
     out = run_script(str(BENCH / "keys.py"), "--calls", "20", "--rounds", "1")
     for line in ("select a key (every call)", "classify a 429 (failed calls only)",
-                 "plain proxied call", "refused, every key benched (not sent)"):
+                 "plain proxied call", "refused, every key benched (not sent)",
+                 "one failover's cost"):
         assert line in out
