@@ -5,6 +5,8 @@ SDK as the client, and the fake upstream steered per key (``by_key``: every requ
 with that key gets those options), so the daemon's choice of key decides the answer.
 """
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -354,3 +356,33 @@ price = {{ input = "3.00", output = "4.00" }}
         assert rebuild(daemon.runtime.log, "s", done.call_id).body == last.raw
     finally:
         daemon.stop()
+
+
+def test_at_the_reset_exactly_one_probe_goes_through_while_others_wait(
+    daemons: Daemons
+) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", TRANSIENT)
+    daemons.steer("FAKE_KEY_B", TRANSIENT)
+    with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
+    sent = len(daemons.used())
+    # At the reset the probe is slow to answer: a call arriving meanwhile must wait.
+    daemons.fake.state.by_key.clear()
+    daemons.fake.state.by_model[MODEL] = {"delay_ms": 600}
+    daemons.clock.advance(2)
+    results: list[object] = []
+
+    def probe() -> None:
+        results.append(ask(daemon).http_response.status_code)
+
+    first = threading.Thread(target=probe)
+    first.start()
+    time.sleep(0.25)  # the probe is upstream now
+    with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError) as held:
+        client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
+    first.join(10)
+    assert results == [200]
+    assert held.value.body["code"] == "keys_benched"  # type: ignore[index]
+    assert "probing" in held.value.message and held.value.response.headers["retry-after"] == "1"
+    assert len(daemons.used()) == sent + 1  # only the probe reached the upstream
