@@ -37,7 +37,13 @@ from collections.abc import Callable, Mapping, Sequence
 from loguru import logger
 from sessionwarden.actors.bridge import GovernedActor, Reply
 from sessionwarden.actors.errors import ActorCrash
-from sessionwarden.actors.key_health import OPERATOR, ProviderHealth, operator_event
+from sessionwarden.actors.key_health import (
+    OPERATOR,
+    ProviderHealth,
+    health_streams,
+    in_order,
+    operator_event,
+)
 from sessionwarden.actors.messages import (
     KeyFailed,
     Lease,
@@ -51,24 +57,19 @@ from sessionwarden.config import ConfigError, ProviderConfig, resolve_key
 from sessionwarden.domain.errors import NoCredential
 from sessionwarden.domain.pool import KeyState, Pool
 from sessionwarden.events import (
-    CODEC,
     BreakerChanged,
     CredentialAdded,
     CredentialRemoved,
     Event,
-    KeyStateChanged,
 )
 from sessionwarden.redact import default_redactor, fingerprint
 from sessionwarden.store import ANY, EventLog, StreamAppend
 from sessionwarden.store.errors import StoreError
 from sessionwarden.store.writer import AppendRequest
 
-__all__ = ["KEY_EVENT_TAGS", "POLL_INTERVAL_S", "CredentialPoolActor", "credentials_stream"]
+__all__ = ["POLL_INTERVAL_S", "CredentialPoolActor", "credentials_stream"]
 
 
-#: The stored tags of a key's health transitions (read back at start).
-KEY_EVENT_TAGS = CODEC.tags_of(KeyStateChanged) | CODEC.tags_of(CredentialRemoved)
-_HEALTH_TAGS = KEY_EVENT_TAGS | CODEC.tags_of(BreakerChanged) | CODEC.tags_of(CredentialAdded)
 #: How often the lease path looks for the operator's changes in the log, in seconds.
 POLL_INTERVAL_S = 0.5
 
@@ -220,15 +221,14 @@ class CredentialPoolActor(GovernedActor):
             return
         self._polled[provider] = now
         health = self._health[provider]
-        for stream in (credentials_stream(provider), f"ratelimits-{provider}"):
-            for record in self._log.read_stream(stream, self._seen.get(stream, 0)):
-                self._seen[stream] = record.version
-                if record.type not in _HEALTH_TAGS:
-                    continue
-                event = CODEC.decode(record.type, record.data)
+        for stream in health_streams(provider):
+            records = list(self._log.read_stream(stream, self._seen.get(stream, 0)))
+            if records:
+                self._seen[stream] = records[-1].version
+            for event in in_order(records):
                 if not operator_event(event):
                     continue
-                logger.info("provider {}: taking the operator's {}", provider, record.type)
+                logger.info("provider {}: taking the operator's {}", provider, event.type_tag())
                 if isinstance(event, CredentialAdded):
                     self._take(provider, event.ref, event.fingerprint)
                 elif isinstance(event, CredentialRemoved):
@@ -241,13 +241,12 @@ class CredentialPoolActor(GovernedActor):
 
         Notes each stream's head: :meth:`_poll` reads from there.
         """
-        found = []
-        for stream in (credentials_stream(provider), f"ratelimits-{provider}"):
-            for r in self._log.read_stream(stream):
-                self._seen[stream] = r.version
-                if r.type in _HEALTH_TAGS:
-                    found.append((r.seq, CODEC.decode(r.type, r.data)))
-        return [event for _, event in sorted(found, key=lambda item: item[0])]
+        records = []
+        for stream in health_streams(provider):
+            for record in self._log.read_stream(stream):
+                self._seen[stream] = record.version
+                records.append(record)
+        return in_order(records)
 
     def _resolve(self, ref: str, problems: list[str]) -> str | None:
         """The secret ``ref`` names, or None with the reason added to ``problems``."""
@@ -302,7 +301,7 @@ class CredentialPoolActor(GovernedActor):
                         pool.fingerprints(), message.fingerprint, message.sent_at,
                         self._clock.now())
                     if events:
-                        self._append(message.provider, events, None)
+                        self._append(message.provider, events)
             return None
         if isinstance(message, KeyFailed):
             pool = self._pools.get(message.provider)
@@ -316,7 +315,7 @@ class CredentialPoolActor(GovernedActor):
                 # this actor) avoids the key: the failover waits for no commit. The
                 # writer commits in order, so the bench is durable before the call's
                 # own completion is; a crash in between loses a bench, never a call.
-                self._append(message.provider, events, None)
+                self._append(message.provider, events)
             return True
         if isinstance(message, _NotRecorded):
             raise ActorCrash(f"provider {message.provider}: key health not recorded: "
@@ -325,21 +324,20 @@ class CredentialPoolActor(GovernedActor):
             return dict(self._unusable)
         raise TypeError(f"CredentialPoolActor cannot handle {type(message).__name__}")
 
-    def _append(self, provider: str, events: list[Event], reply: Reply | None) -> None:
-        """Append a provider's health events (one atomic append); ``reply(True)`` once durable.
+    def _append(self, provider: str, events: list[Event]) -> None:
+        """Append a provider's health events (one atomic append), not waiting for it.
 
         The state already folded them: should the append fail, the actor restarts and
         recovers from the log, which never had them.
         """
         keys = tuple(new_event(e) for e in events if not isinstance(e, BreakerChanged))
         breaker = tuple(new_event(e) for e in events if isinstance(e, BreakerChanged))
-        parts = [StreamAppend(stream, part, ANY) for stream, part in (
-            (credentials_stream(provider), keys), (f"ratelimits-{provider}", breaker)) if part]
+        parts = [StreamAppend(stream, part, ANY)
+                 for stream, part in zip(health_streams(provider), (keys, breaker), strict=True)
+                 if part]
         ref = self.actor_ref
 
         def committed(request: AppendRequest) -> None:
-            if reply is not None:
-                reply(True if request.error is None else None, request.error)
             if request.error is not None:
                 try:  # to the actor's own thread: it restarts and recovers from the log
                     ref.tell(_NotRecorded(provider, request.error))

@@ -33,18 +33,37 @@ from sessionwarden.domain.key_states import (
     usable,
 )
 from sessionwarden.events import (
+    CODEC,
     BreakerChanged,
     CredentialAdded,
     CredentialRemoved,
     Event,
     KeyStateChanged,
 )
+from sessionwarden.store import RecordedEvent
 
-__all__ = ["OPERATOR", "ProviderHealth", "operator_event"]
+__all__ = ["HEALTH_TAGS", "OPERATOR", "ProviderHealth", "health_streams", "in_order",
+           "operator_event"]
 
 #: The reason (and source) of every event the ``keys``/``breaker`` commands write: a
 #: running pool takes events so marked from the log (its own it has already folded).
 OPERATOR = "operator"
+
+
+#: Every stored tag a pool's health folds: its keys, their transitions, its breaker.
+HEALTH_TAGS = (CODEC.tags_of(CredentialAdded) | CODEC.tags_of(CredentialRemoved)
+               | CODEC.tags_of(KeyStateChanged) | CODEC.tags_of(BreakerChanged))
+
+
+def health_streams(provider: str) -> tuple[str, str]:
+    """The two streams a provider's health is folded from: its pool's and its limits'."""
+    return f"credentials-{provider}", f"ratelimits-{provider}"
+
+
+def in_order(records: Iterable[RecordedEvent]) -> list[Event]:
+    """The health events among ``records`` (from both streams), decoded, in log order."""
+    found = sorted((r for r in records if r.type in HEALTH_TAGS), key=lambda r: r.seq)
+    return [CODEC.decode(r.type, r.data) for r in found]
 
 
 def operator_event(event: Event) -> bool:

@@ -150,7 +150,7 @@ class UsageLedgerActor(GovernedActor):
                 self._spend = release(self._spend, held)
             return None
         if isinstance(message, HasCaps):
-            return any(cap is not None for cap in self._overrides.values())
+            return self._caps_set()
         if isinstance(message, BudgetOf):
             return session_budget(self._spend, self._caps, message.session_id)
         if isinstance(message, SetSessionCap):
@@ -159,9 +159,13 @@ class UsageLedgerActor(GovernedActor):
             return self._cap_durable(message)
         raise TypeError(f"UsageLedgerActor cannot handle {type(message).__name__}")
 
+    def _caps_set(self) -> bool:
+        """Whether a session's cap was set through the control API (and not lifted)."""
+        return any(cap is not None for cap in self._overrides.values())
+
     def _active(self) -> bool:
         """Whether calls pass through here: a cap is configured or was set for a session."""
-        return self._config.has_caps or any(c is not None for c in self._overrides.values())
+        return self._config.has_caps or self._caps_set()
 
     def _judge(self, request: CallRequest) -> CallRequest:
         """``request`` with its parent as the ledger knows it and its reservation or refusal."""

@@ -9,9 +9,11 @@ after a restart or passivation loads its state from here instead of folding its 
 """
 
 from collections.abc import Sequence
+from datetime import datetime
 
 import apsw
 from sessionwarden.actors.ledger_rollup import ROLLUP_TABLE, add_to_rollup, create_rollup
+from sessionwarden.domain.ratelimits import RateLimitBucket
 from sessionwarden.domain.session import session_id_of
 from sessionwarden.events import (
     CODEC,
@@ -26,7 +28,7 @@ from sessionwarden.events import (
 )
 from sessionwarden.store import RecordedEvent
 
-__all__ = ["CredentialsView", "LedgerView", "RateLimitsView", "SessionsView"]
+__all__ = ["CredentialsView", "LedgerView", "RateLimitsView", "SessionsView", "read_buckets"]
 
 # Every stored tag of each type, retired versions included: a view rebuilt from an older
 # log must count the events written before a schema change.
@@ -258,3 +260,22 @@ class RateLimitsView:
                 [(provider, event.credential, b.name, b.limit, b.remaining, b.reset_seconds,
                   e.recorded_at) for b in event.buckets],
             )
+
+
+def read_buckets(conn: apsw.Connection, provider: str,
+                 credential: str) -> list[tuple[RateLimitBucket, datetime]]:
+    """A key's last recorded buckets, each with when it was observed (by bucket name).
+
+    Empty for a key with none, or a database written without the view (no table).
+    """
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                    " AND name = 'view_ratelimits'").fetchone() is None:
+        return []
+    rows = conn.execute(
+        "SELECT bucket, lim, remaining, reset_seconds, observed_at FROM view_ratelimits"
+        " WHERE provider = ? AND credential = ? ORDER BY bucket", (provider, credential))
+    return [(RateLimitBucket(name=str(name), limit=None if limit is None else int(limit),
+                             remaining=None if remaining is None else int(remaining),
+                             reset_seconds=None if reset is None else float(reset)),
+             datetime.fromisoformat(str(at)))
+            for name, limit, remaining, reset, at in rows]

@@ -25,7 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sessionwarden.actors.key_health import OPERATOR, ProviderHealth
+import msgspec
+from sessionwarden.actors.key_health import OPERATOR, ProviderHealth, health_streams, in_order
 from sessionwarden.cmd.errors import CommandError, UsageError
 from sessionwarden.cmd.terminal import printable
 from sessionwarden.cmd.wiring import default_projections
@@ -45,8 +46,6 @@ from sessionwarden.store import ANY, EventLog, NewEvent, StreamAppend
 
 __all__ = ["add_keys_commands", "key_rows", "provider_events"]
 
-_TAGS = (CODEC.tags_of(KeyStateChanged) | CODEC.tags_of(BreakerChanged)
-         | CODEC.tags_of(CredentialAdded) | CODEC.tags_of(CredentialRemoved))
 
 
 def add_keys_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -66,11 +65,7 @@ def add_keys_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 def provider_events(log: EventLog, provider: str) -> list[Event]:
     """The provider's pool and breaker events, in the order they were recorded."""
-    found: list[tuple[int, Event]] = []
-    for stream in (f"credentials-{provider}", f"ratelimits-{provider}"):
-        found += [(r.seq, CODEC.decode(r.type, r.data))
-                  for r in log.read_stream(stream) if r.type in _TAGS]
-    return [event for _, event in sorted(found, key=lambda item: item[0])]
+    return in_order(r for stream in health_streams(provider) for r in log.read_stream(stream))
 
 
 def _providers(log: EventLog) -> list[str]:
@@ -123,14 +118,15 @@ def key_rows(log: EventLog, now: datetime) -> list[dict[str, Any]]:
 def _append(db: Path, provider: str, events: list[Event]) -> None:
     if not events:
         return
-    encoded = {s: [] for s in ("credentials", "ratelimits")}  # type: dict[str, list[NewEvent]]
+    pool, limits = health_streams(provider)
+    encoded: dict[str, list[NewEvent]] = {pool: [], limits: []}
     for event in events:
         data = CODEC.encode(event)
-        part = "ratelimits" if isinstance(event, BreakerChanged) else "credentials"
-        encoded[part].append(NewEvent(data.type, data.data, data.schema_version))
+        stream = limits if isinstance(event, BreakerChanged) else pool
+        encoded[stream].append(NewEvent(data.type, data.data, data.schema_version))
     with EventLog(db, projections=default_projections()) as log:
-        log.append_batch([StreamAppend(f"{name}-{provider}", tuple(found), ANY)
-                          for name, found in encoded.items() if found])
+        log.append_batch([StreamAppend(stream, tuple(found), ANY)
+                          for stream, found in encoded.items() if found])
 
 
 def run_keys(args: argparse.Namespace, db: Path) -> int:
@@ -185,9 +181,9 @@ def run_keys(args: argparse.Namespace, db: Path) -> int:
 
 
 def _as_operator(event: Event) -> Event:
+    """``event`` marked as the operator's, so a running pool takes it from the log."""
     if isinstance(event, KeyStateChanged | BreakerChanged):
-        return type(event)(**{**{f: getattr(event, f) for f in event.__struct_fields__},
-                              "reason": OPERATOR})
+        return msgspec.structs.replace(event, reason=OPERATOR)
     return event
 
 

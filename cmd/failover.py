@@ -24,6 +24,7 @@ from loguru import logger
 from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.messages import KeyFailed, Lease, Release, Reroute, Resend
+from sessionwarden.actors.views import read_buckets
 from sessionwarden.cmd.calls import ProxiedCall, release_key
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.config import UnknownModel
@@ -32,7 +33,7 @@ from sessionwarden.domain.classification import Classification, Transport
 from sessionwarden.domain.classifier import classify, retry_delay
 from sessionwarden.domain.errors import KeysBenched, NoCredential
 from sessionwarden.domain.failover import fails_over, key_failure
-from sessionwarden.domain.ratelimits import RateLimitBucket, RateLimitSnapshot
+from sessionwarden.domain.ratelimits import RateLimitSnapshot
 from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.chat_completions import ChatCompletions
@@ -162,18 +163,12 @@ def _last_known(rt: Runtime, provider: str, credential: str,
 
     Read in a worker thread, on the failure path only: a success never pays for it.
     """
-    rows = rt.log.read_connection().execute(
-        "SELECT bucket, lim, remaining, reset_seconds, observed_at FROM view_ratelimits"
-        " WHERE provider = ? AND credential = ?", (provider, credential)).fetchall()
-    if not rows:
+    found = read_buckets(rt.log.read_connection(), provider, credential)
+    if not found:
         return None, 0.0
-    buckets = tuple(RateLimitBucket(
-        name=str(name), limit=None if limit is None else int(limit),
-        remaining=None if remaining is None else int(remaining),
-        reset_seconds=None if reset is None else float(reset))
-        for name, limit, remaining, reset, _ in sorted(rows))
-    newest = max(datetime.fromisoformat(str(row[4])) for row in rows)
-    return RateLimitSnapshot(buckets=buckets), max(0.0, (now - newest).total_seconds())
+    newest = max(at for _, at in found)
+    return (RateLimitSnapshot(buckets=tuple(b for b, _ in found)),
+            max(0.0, (now - newest).total_seconds()))
 
 
 async def _retry(call: ProxiedCall, found: Classification, status: int) -> bool:

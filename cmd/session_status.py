@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 import msgspec
+from sessionwarden.actors.views import read_buckets
 from sessionwarden.cmd.budget_status import read_budget
 from sessionwarden.cmd.credit_status import active_notices, notice_line
 from sessionwarden.cmd.terminal import printable
@@ -102,16 +103,8 @@ def _read_rate_limits(log: EventLog, provider: str, credential: str) -> RateLimi
     """The last recorded buckets of ``provider``'s key ``credential`` (a fingerprint)."""
     if not credential:
         return None
-    conn = log.read_connection()
-    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
-                        " AND name = 'view_ratelimits'").fetchall():
-        return None  # a database written without the views: no line rather than an error
-    readings = [
-        RateLimitReading(RateLimitBucket(name=name, limit=limit, remaining=remaining,
-                                         reset_seconds=reset), datetime.fromisoformat(at))
-        for name, limit, remaining, reset, at in conn.execute(
-            "SELECT bucket, lim, remaining, reset_seconds, observed_at FROM view_ratelimits"
-            " WHERE provider = ? AND credential = ?", (provider, credential))]
+    readings = [RateLimitReading(bucket, at)
+                for bucket, at in read_buckets(log.read_connection(), provider, credential)]
     return rate_limit_line(provider, credential, readings)
 
 
