@@ -25,10 +25,7 @@ the sum), and the 1-hour cache-write split is not known to it.
 """
 
 import argparse
-import csv
-import json
 import os
-import sys
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -38,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import apsw
-from sessionwarden.cmd.cli_usage import Group
+from sessionwarden.cmd.cli_usage import Group, print_listing
 from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.errors import CommandError
 from sessionwarden.cmd.price_listings import recorded_listings
@@ -183,20 +180,9 @@ def run_reprice(args: argparse.Namespace, db: Path, column: str, where: str,
     total = _group("total")
     for g in ordered:
         total.merge(g)
-    if args.json:
-        out = [g.to_json(args.by) for g in ordered]
-        if args.totals:
-            out.append(total.to_json(args.by) | {args.by: None, "total": True})
-        print(json.dumps(out, indent=2))
-        return 0
-    if args.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        fields = list(_group("").to_json(args.by))
-        writer.writerow(fields)
-        for g in [*ordered, *([total] if args.totals else [])]:
-            record = g.to_json(args.by)
-            record["prices"] = ", ".join(f"{s}: {n}" for s, n in record["prices"].items())
-            writer.writerow(["" if record[f] is None else record[f] for f in fields])
+    if print_listing(args, [g.to_json(args.by) for g in ordered], total.to_json(args.by),
+                     lambda row: row | {"prices": ", ".join(
+                         f"{s}: {n}" for s, n in row["prices"].items())}):
         return 0
     if not ordered:
         print("no calls recorded" + (" matching the filters" if where != "1" else ""))

@@ -41,6 +41,7 @@ import csv
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -250,6 +251,29 @@ def _day_bound(bound: str) -> str | None:
     return bound[:10] if bound[10:] == "T00:00:00.000000+00:00" else None
 
 
+def print_listing(args: argparse.Namespace, rows: list[dict[str, Any]], total: dict[str, Any],
+                  as_text: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
+    """Print ``rows`` as ``--json`` or ``--csv`` asks (True), else nothing (False).
+
+    ``--json`` stays a list of one object per group (scripts rely on it); the totals,
+    when asked for, are one more object whose group is null and "total" true. ``--csv``
+    has the totals' fields as its header, each row made flat by ``as_text``.
+    """
+    if args.json:
+        out = [*rows, *([total | {args.by: None, "total": True}] if args.totals else [])]
+        print(json.dumps(out, indent=2))
+        return True
+    if args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        fields = list(total)
+        writer.writerow(fields)
+        for row in [*rows, *([total] if args.totals else [])]:
+            record = as_text(row)
+            writer.writerow(["" if record[f] is None else record[f] for f in fields])
+        return True
+    return False
+
+
 def _sources_text(sources: dict[str, int]) -> str:
     return ", ".join(f"{s}: {n}" for s, n in sorted(sources.items()))
 
@@ -335,24 +359,12 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
     total = Group("total")
     for g in ordered:
         total.merge(g)
-    if args.json:
-        # Still a list of one object per group (scripts rely on it); the totals, when
-        # asked for, are one more object whose group is null and "total" true.
-        out = [g.to_json(args.by) for g in ordered]
-        if args.by == "session":  # each session's side calls, apart (in its total already)
-            out = [row | {"side_calls": _side_json(sides.get(g.key, {}))}
-                   for row, g in zip(out, ordered, strict=True)]
-        if args.totals:
-            out.append(total.to_json(args.by) | {args.by: None, "total": True})
-        print(json.dumps(out, indent=2))
-        return 0
-    if args.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        fields = list(Group("").to_json(args.by))
-        writer.writerow(fields)
-        for g in [*ordered, *([total] if args.totals else [])]:
-            record = g.to_json(args.by) | {"sources": _sources_text(g.sources)}
-            writer.writerow(["" if record[f] is None else record[f] for f in fields])
+    out = [g.to_json(args.by) for g in ordered]
+    if args.json and args.by == "session":  # each session's side calls, apart
+        out = [row | {"side_calls": _side_json(sides.get(g.key, {}))}
+               for row, g in zip(out, ordered, strict=True)]
+    if print_listing(args, out, total.to_json(args.by),
+                     lambda row: row | {"sources": _sources_text(row["sources"])}):
         return 0
     if not ordered:
         print("no calls recorded" + (" matching the filters" if len(clauses) > 1 else ""))
