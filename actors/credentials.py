@@ -14,7 +14,8 @@ the actor's start (and the daemon's) instead of being lost.
 
 Leases are memory only: which key served a call is recorded in the call's completion,
 and the number of leases in flight restarts at zero with the process (no call of the
-previous process is still in flight).
+previous process is still in flight). :class:`LeasesInFlight` reads them, for the
+control API's ``GET /v1/keys`` (``sessionwarden keys list`` beside a running daemon).
 
 Each key's health and the provider's breaker (``actors/key_health.py`` over
 ``domain.key_states`` and ``domain.breaker``) decide which keys a lease may take: a
@@ -48,6 +49,7 @@ from sessionwarden.actors.messages import (
     KeyFailed,
     Lease,
     Leased,
+    LeasesInFlight,
     Release,
     UnusableProviders,
     new_event,
@@ -278,7 +280,7 @@ class CredentialPoolActor(GovernedActor):
         logger.warning("provider {} is unusable, calls to it get 503: {}", provider.name, why)
 
     def handle(self, message: object, reply: Reply) -> object:
-        """Dispatch Lease, Release, KeyFailed and UnusableProviders."""
+        """Dispatch Lease, Release, KeyFailed, UnusableProviders and LeasesInFlight."""
         if isinstance(message, Lease):
             if message.provider in self._keyless:
                 return Leased(message.provider, "", "")
@@ -322,6 +324,9 @@ class CredentialPoolActor(GovernedActor):
                              f"{message.error}")
         if isinstance(message, UnusableProviders):
             return dict(self._unusable)
+        if isinstance(message, LeasesInFlight):
+            return {name: {k.fingerprint: k.active for k in pool.keys}
+                    for name, pool in self._pools.items()}
         raise TypeError(f"CredentialPoolActor cannot handle {type(message).__name__}")
 
     def _append(self, provider: str, events: list[Event]) -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "KeyFailed",
     "Lease",
     "Leased",
+    "LeasesInFlight",
     "NeedsWork",
     "Release",
     "ReleaseBudget",
@@ -154,6 +155,15 @@ class UnusableProviders(msgspec.Struct, frozen=True):
     """Ask the CredentialPoolActor which providers have no usable key.
 
     Reply: ``{provider: why}``, ``why`` naming the variables to set (or the missing keys).
+    """
+
+
+class LeasesInFlight(msgspec.Struct, frozen=True):
+    """Ask the CredentialPoolActor how many calls each key serves right now.
+
+    Reply: ``{provider: {fingerprint: leases in flight}}``, every key of every pool.
+    This is the running pool's memory (the log records calls, not leases): the control
+    API's ``GET /v1/keys`` serves it to ``sessionwarden keys list``.
     """
 
 

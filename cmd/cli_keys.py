@@ -2,8 +2,10 @@
 
 - ``keys list [--json]``: every key recorded for each provider — fingerprint, reference
   (``env:NAME``), state now (``ok``, ``cooling``, ``exhausted``, ``dead``, ``removed``),
-  until when, the last error class that benched it, its status, the calls it served.
-  Never a secret: the log holds none.
+  until when, the last error class that benched it, its status, the calls it served,
+  and its leases in flight: asked of the daemon running beside the command
+  (``cmd/daemon_client.py``; 0 when none runs, unknown — with a note on stderr — when it
+  cannot be asked). Never a secret: the log holds none.
 - ``keys add PROVIDER env:NAME``: a key joins the provider's pool. The reference is
   resolved in this shell to fingerprint it; the daemon resolves it in its own
   environment and takes it only if it holds the same key.
@@ -21,12 +23,14 @@ the pool folds them.
 import argparse
 import json
 import os
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from sessionwarden.actors.key_health import OPERATOR, ProviderHealth, health_streams, in_order
+from sessionwarden.cmd.daemon_client import leases_in_flight
 from sessionwarden.cmd.errors import CommandError, UsageError
 from sessionwarden.cmd.terminal import printable
 from sessionwarden.cmd.wiring import default_projections
@@ -92,8 +96,13 @@ class _Pool:
         return [fp for fp, key in self.keys.items() if key["active"]]
 
 
-def key_rows(log: EventLog, now: datetime) -> list[dict[str, Any]]:
-    """Every key recorded for every provider, as ``keys list --json`` prints them."""
+def key_rows(log: EventLog, now: datetime,
+             in_flight: dict[tuple[str, str], int] | None) -> list[dict[str, Any]]:
+    """Every key recorded for every provider, as ``keys list --json`` prints them.
+
+    ``in_flight``: the running daemon's leases per ``(provider, fingerprint)`` (a key it
+    does not list has none), or None when they are unknown (``"in_flight": null``).
+    """
     served = {(str(p), str(fp)): (int(calls), status) for p, fp, calls, status in
               log.read_connection().execute(
                   "SELECT provider, fingerprint, calls, last_status FROM view_credentials")}
@@ -111,6 +120,7 @@ def key_rows(log: EventLog, now: datetime) -> list[dict[str, Any]]:
                 "last_error": health.reason if health.state != "ok" else "",
                 "last_status": health.status if health.status is not None else status,
                 "calls": calls,
+                "in_flight": None if in_flight is None else in_flight.get((provider, fp), 0),
             })
     return rows
 
@@ -133,8 +143,12 @@ def run_keys(args: argparse.Namespace, db: Path) -> int:
     """Run ``keys list|add|remove|reset``."""
     now = datetime.now(UTC)
     if args.action == "list":
+        leases = leases_in_flight(db)
+        if leases.counts is None:
+            print(f"sessionwarden: leases in flight unknown: {leases.why_unknown}",
+                  file=sys.stderr)
         with EventLog(db, readonly=True) as log:
-            rows = key_rows(log, now)
+            rows = key_rows(log, now, leases.counts)
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
@@ -143,8 +157,9 @@ def run_keys(args: argparse.Namespace, db: Path) -> int:
         for r in rows:
             until = f" until {r['until']}" if r["until"] else ""
             why = f" ({printable(r['last_error'])}, {r['last_status']})" if r["last_error"] else ""
+            flying = "?" if r["in_flight"] is None else r["in_flight"]
             print(f"{printable(r['provider'])} {r['fingerprint']} {printable(r['ref'])}: "
-                  f"{r['state']}{until}{why}; {r['calls']} calls")
+                  f"{r['state']}{until}{why}; {r['calls']} calls, {flying} in flight")
         return 0
     if not args.provider or not args.key:
         raise UsageError(f"keys {args.action} needs a provider and a key")

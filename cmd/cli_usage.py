@@ -428,7 +428,7 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
                                " FROM view_credentials ORDER BY provider, fingerprint")
                 notices = active_notices(conn, datetime.now(UTC))
                 health = {(r["provider"], r["fingerprint"]): r
-                          for r in key_rows(log, datetime.now(UTC))}
+                          for r in key_rows(log, datetime.now(UTC), None)}
             finally:
                 conn.execute("COMMIT")
         except apsw.Error as exc:

@@ -23,6 +23,10 @@
   (a JSON number is inexact), above 0. Answers the budget as GET does, once the
   SessionCapSet event is durable; the next call is judged by it.
 
+- ``GET /v1/keys``: the leases in flight of every key, as the running pool holds them
+  (the log records calls, not leases): ``{"keys": [{"provider", "fingerprint",
+  "in_flight"}]}``. ``sessionwarden keys list`` asks it when a daemon runs beside it.
+
 Auth is the daemon's: like every path but ``/healthz``, these need ``Authorization:
 Bearer <token>`` (checked in ``cmd/server.py`` before routing, with the Host check), and
 the daemon listens on loopback unless started with ``--allow-remote``. Session ids follow
@@ -36,7 +40,12 @@ from decimal import Decimal, InvalidOperation
 import msgspec
 from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import BudgetOf, RequestCompaction, SetSessionCap
+from sessionwarden.actors.messages import (
+    BudgetOf,
+    LeasesInFlight,
+    RequestCompaction,
+    SetSessionCap,
+)
 from sessionwarden.cmd.budget_status import read_budget
 from sessionwarden.cmd.errors import BodyTooLarge
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, read_body, send_error, send_json
@@ -44,9 +53,11 @@ from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.session_status import read_status, status_json
 from sessionwarden.store.errors import StoreError
 
-__all__ = ["CONTROL_PREFIX", "MAX_FOCUS_CHARS", "SESSION_ID", "control"]
+__all__ = ["CONTROL_PREFIX", "KEYS_PATH", "MAX_FOCUS_CHARS", "SESSION_ID", "control", "keys"]
 
-#: Every control path starts so; the session id follows.
+#: The keys' leases in flight.
+KEYS_PATH = "/v1/keys"
+#: Every other control path starts so; the session id follows.
 CONTROL_PREFIX = "/v1/sessions/"
 #: The longest ``focus`` accepted, in characters.
 MAX_FOCUS_CHARS = 500
@@ -96,6 +107,21 @@ async def control(rt: Runtime, method: str, path: str, receive: ASGIReceive,
         await _budget(rt, session_id, method, receive, send)
     else:
         await _status(rt, session_id, send)
+
+
+async def keys(rt: Runtime, method: str, send: ASGISend) -> None:
+    """Serve ``GET /v1/keys`` (already authorised): each key's leases in flight."""
+    if method != "GET":
+        await send_error(send, 405, "use GET", headers=[(b"allow", b"GET")])
+        return
+    try:
+        pools: dict[str, dict[str, int]] = await ask(rt.ref("credentials"), LeasesInFlight())
+    except ActorUnavailable as exc:
+        await _unavailable(send, "read its key pool", exc)
+        return
+    await send_json(send, 200, {"keys": [
+        {"provider": provider, "fingerprint": fp, "in_flight": n}
+        for provider, leases in pools.items() for fp, n in leases.items() if fp]})
 
 
 async def _unavailable(send: ASGISend, what: str, exc: Exception) -> None:

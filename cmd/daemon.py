@@ -66,6 +66,15 @@ def load_token(db: Path, environ: dict[str, str]) -> tuple[str, Path | None]:
     return token, path
 
 
+def _reachable(host: str) -> str:
+    """The host part of a URL that reaches a daemon bound to ``host`` from this machine."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def _warn(message: str) -> None:
     logger.warning("{}", message)
 
@@ -165,6 +174,9 @@ def run_daemon(args: argparse.Namespace, db: Path) -> int:
             logger.info("sessionwarden listening on http://{}:{}/v1 (db {})", shown, port, db)
             source = f"file {token_path}" if token_path else f"${TOKEN_ENV}"
             logger.info("clients authenticate with the bearer token from {}", source)
+            # Where a command beside the daemon (``keys list``) asks what only its memory
+            # holds; announced once the actors run, so it is asked of a daemon that serves.
+            lock.announce(f"http://{_reachable(host)}:{port}")
             server.run(sockets=[sock])
         finally:
             logger.info("stopping actors and flushing the log")

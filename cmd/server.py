@@ -20,7 +20,7 @@ from typing import Any
 from loguru import logger
 from sessionwarden import __version__
 from sessionwarden.cmd.access import access_logged
-from sessionwarden.cmd.control import CONTROL_PREFIX, control
+from sessionwarden.cmd.control import CONTROL_PREFIX, KEYS_PATH, control, keys
 from sessionwarden.cmd.errors import BodyTooLarge
 from sessionwarden.cmd.http import (
     ASGIReceive,
@@ -155,6 +155,9 @@ class DaemonApp:
             return
         if path.startswith(CONTROL_PREFIX):
             await control(self.runtime, method, path, receive, send)
+            return
+        if path == KEYS_PATH:
+            await keys(self.runtime, method, send)
             return
         await send_error(send, 404, f"no route for {method} {path}", code="not_found")
 

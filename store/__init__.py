@@ -9,13 +9,14 @@ Public surface::
     content_key         the key a Content is stored under
     Projection          the protocol of a derived view; StreamsView is the built-in one
     replay, ReplayReport, verify_chain, ChainReport
-    InstanceLock        the single-instance claim of a daemon
+    InstanceLock        the single-instance claim of a daemon; read_announcement (and
+                        Announcement): where the daemon holding a log listens
     errors              the store's error tree (see sessionwarden.store.errors)
 """
 
 from sessionwarden.store import errors
 from sessionwarden.store.hashing import content_key
-from sessionwarden.store.lock import InstanceLock
+from sessionwarden.store.lock import Announcement, InstanceLock, read_announcement
 from sessionwarden.store.log import EventLog
 from sessionwarden.store.projections import Projection
 from sessionwarden.store.records import (
@@ -40,6 +41,7 @@ __all__ = [
     "ANY",
     "EXISTS",
     "NO_STREAM",
+    "Announcement",
     "AppendResult",
     "ChainReport",
     "Content",
@@ -57,6 +59,7 @@ __all__ = [
     "content_key",
     "default_db_path",
     "errors",
+    "read_announcement",
     "replay",
     "verify_chain",
 ]

@@ -11,15 +11,23 @@ holding the flock, and every claimant checks after its flock that the path still
 the file it locked: otherwise a process that opened the old file just before the unlink
 would lock a file no longer in the directory while a third process created and locked a
 new one, and both would believe they held the database.
+
+The file's first line is the holder's pid (named when a second daemon is refused); once
+the daemon listens, :meth:`InstanceLock.announce` adds its control URL on a second line,
+so a command run beside it (``keys list``) can ask the running daemon what only its
+memory holds. :func:`read_announcement` reads that back, and believes it only while the
+pid is alive: a SIGKILLed daemon leaves the file behind, and a port it named may belong
+to another program by now.
 """
 
 import fcntl
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from sessionwarden.store.errors import StoreClaimed, StoreUnavailable
 
-__all__ = ["InstanceLock"]
+__all__ = ["Announcement", "InstanceLock", "read_announcement"]
 
 
 class InstanceLock:
@@ -44,7 +52,8 @@ class InstanceLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                first = os.pread(fd, 32, 0).decode(errors="replace").partition("\n")[0]
+                holder = first.strip() or "?"
                 os.close(fd)
                 raise StoreClaimed(
                     f"{db_path} is in use by another sessionwarden daemon (pid {holder})"
@@ -57,6 +66,11 @@ class InstanceLock:
         self._fd = fd
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+    def announce(self, url: str) -> None:
+        """Record where the daemon holding this claim listens (its base URL)."""
+        if self._fd is not None:
+            os.pwrite(self._fd, f"{os.getpid()}\n{url}\n".encode(), 0)
 
     def _names(self, fd: int) -> bool:
         """Whether :attr:`path` names the file open as ``fd``."""
@@ -88,3 +102,39 @@ class InstanceLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class Announcement(NamedTuple):
+    """A running daemon of a database: its pid and the base URL it listens on."""
+
+    pid: int
+    url: str
+
+
+#: An announcement is two short lines; anything longer is not ours.
+_MAX_ANNOUNCEMENT = 512
+
+
+def read_announcement(db_path: Path) -> Announcement | None:
+    """The daemon holding ``db_path`` and where it listens, or None: no daemon runs.
+
+    None also when the lock file names no URL yet (the daemon is starting) or names a
+    process that no longer exists (a SIGKILLed holder's leftover file).
+    """
+    path = db_path.with_name(db_path.name + ".lock")
+    try:
+        with open(path, "rb") as file:
+            text = file.read(_MAX_ANNOUNCEMENT).decode(errors="replace")
+    except OSError:
+        return None
+    lines = text.split("\n")
+    if len(lines) < 3 or not lines[0].strip().isdigit() or not lines[1].startswith("http://"):
+        return None
+    pid = int(lines[0])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return None  # alive, but another user's: not a daemon of this user's log
+    return Announcement(pid, lines[1].strip())

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sessionwarden.store import lock as lock_module
 from sessionwarden.store.errors import StoreClaimed
-from sessionwarden.store.lock import InstanceLock
+from sessionwarden.store.lock import Announcement, InstanceLock, read_announcement
 
 
 def test_release_removes_the_lock_file(db: Path) -> None:
@@ -124,3 +124,29 @@ def test_threads_racing_for_the_lock_never_hold_it_together(db: Path) -> None:
     assert overlaps == []
     assert sum(acquired) > 10
     assert not db.with_name(db.name + ".lock").exists()
+
+
+def test_the_announcement_names_the_holder_and_its_url_while_it_lives(db: Path) -> None:
+    assert read_announcement(db) is None  # no daemon
+    with InstanceLock(db) as claim:
+        assert read_announcement(db) is None  # claimed, not listening yet
+        claim.announce("http://127.0.0.1:8787")
+        assert read_announcement(db) == Announcement(os.getpid(), "http://127.0.0.1:8787")
+        with pytest.raises(StoreClaimed) as refused:
+            InstanceLock(db)
+        assert str(refused.value).endswith(f"(pid {os.getpid()})")  # the pid, not the URL
+    assert read_announcement(db) is None
+
+
+@pytest.mark.parametrize("text", [
+    "99999999\nhttp://127.0.0.1:8787\n",  # a SIGKILLed daemon's leftover: its pid is gone
+    f"{os.getpid()}\nftp://127.0.0.1:8787\n",
+    f"{os.getpid()}\n",
+    "garbage\nhttp://127.0.0.1:8787\n",
+    "",
+])
+def test_an_announcement_that_names_no_live_daemon_of_ours_is_none(
+    db: Path, text: str
+) -> None:
+    db.with_name(db.name + ".lock").write_text(text)
+    assert read_announcement(db) is None
