@@ -181,8 +181,8 @@ def run_reprice(args: argparse.Namespace, db: Path, column: str, where: str,
     for g in ordered:
         total.merge(g)
     if print_listing(args, [g.to_json(args.by) for g in ordered], total.to_json(args.by),
-                     lambda row: row | {"prices": ", ".join(
-                         f"{s}: {n}" for s, n in row["prices"].items())}):
+                     lambda row: [row | {"prices": ", ".join(
+                         f"{s}: {n}" for s, n in row["prices"].items())}]):
         return 0
     if not ordered:
         print("no calls recorded" + (" matching the filters" if where != "1" else ""))

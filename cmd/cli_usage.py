@@ -23,7 +23,9 @@ prints the empty answer (``usage``: ``[]``; ``status``: its object with no sessi
 
 By session, each session's side calls (the daemon's own: the model summariser's) are in
 its group and also listed apart, by purpose (``view_side_calls``): a ``side_calls`` list
-in its JSON object, rows ``+ <purpose>`` under it in the table.
+in its JSON object (and in the totals' object, summed over the sessions), rows ``+
+<purpose>`` under it in the table, rows naming the purpose in a ``side_call`` column
+under it in the CSV (the totals' too).
 
 ``status --session ID`` shows that one session's usage and context instead, read from
 its stream (``cmd/session_status.py``; the threshold from ``--config``): it names one
@@ -41,7 +43,7 @@ import csv
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -242,6 +244,35 @@ def side_calls(conn: apsw.Connection, where: str, args: tuple[object, ...],
     return found
 
 
+def _merged(per_session: Iterable[dict[str, Group]]) -> dict[str, Group]:
+    """Every session's side calls summed by purpose (the totals' side calls)."""
+    merged: dict[str, Group] = {}
+    for sides in per_session:
+        for purpose, group in sides.items():
+            merged.setdefault(purpose, Group(purpose)).merge(group)
+    return merged
+
+
+def _csv_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """One ``usage`` object as CSV rows: the group, then (by session) its side calls.
+
+    A side call's row repeats its session and names its purpose in ``side_call``; its
+    figures are already in the session's row above it (a sum over the column counts
+    them twice: filter on an empty ``side_call``).
+    """
+    sides = row.get("side_calls")
+    flat = {k: v for k, v in row.items() if k != "side_calls"}
+    flat["sources"] = _sources_text(flat["sources"])
+    if sides is None:
+        return [flat]
+    out = [flat | {"side_call": ""}]
+    for side in sides:
+        part = {k: v for k, v in side.items() if k != "purpose"}
+        out.append(flat | part | {"sources": _sources_text(part["sources"]),
+                                  "side_call": side["purpose"]})
+    return out
+
+
 def _side_json(sides: dict[str, Group]) -> list[dict[str, Any]]:
     """A session's side calls as ``usage --json`` lists them: one object per purpose."""
     return [{"purpose": purpose} | {k: v for k, v in g.to_json("session").items()
@@ -252,12 +283,13 @@ def _day_bound(bound: str) -> str | None:
 
 
 def print_listing(args: argparse.Namespace, rows: list[dict[str, Any]], total: dict[str, Any],
-                  as_text: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
+                  as_csv: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> bool:
     """Print ``rows`` as ``--json`` or ``--csv`` asks (True), else nothing (False).
 
     ``--json`` stays a list of one object per group (scripts rely on it); the totals,
     when asked for, are one more object whose group is null and "total" true. ``--csv``
-    has the totals' fields as its header, each row made flat by ``as_text``.
+    has the fields of the totals' first flat row as its header; ``as_csv`` makes each
+    object flat rows (a session's side calls become rows of their own).
     """
     if args.json:
         out = [*rows, *([total | {args.by: None, "total": True}] if args.totals else [])]
@@ -265,11 +297,11 @@ def print_listing(args: argparse.Namespace, rows: list[dict[str, Any]], total: d
         return True
     if args.csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        fields = list(total)
+        fields = list(as_csv(total)[0])
         writer.writerow(fields)
         for row in [*rows, *([total] if args.totals else [])]:
-            record = as_text(row)
-            writer.writerow(["" if record[f] is None else record[f] for f in fields])
+            for record in as_csv(row):
+                writer.writerow(["" if record[f] is None else record[f] for f in fields])
         return True
     return False
 
@@ -360,11 +392,12 @@ def run_usage(args: argparse.Namespace, db: Path) -> int:
     for g in ordered:
         total.merge(g)
     out = [g.to_json(args.by) for g in ordered]
-    if args.json and args.by == "session":  # each session's side calls, apart
+    summary = total.to_json(args.by)
+    if args.by == "session":  # each session's side calls, apart; the totals' by purpose
         out = [row | {"side_calls": _side_json(sides.get(g.key, {}))}
                for row, g in zip(out, ordered, strict=True)]
-    if print_listing(args, out, total.to_json(args.by),
-                     lambda row: row | {"sources": _sources_text(row["sources"])}):
+        summary["side_calls"] = _side_json(_merged(sides.values()))
+    if print_listing(args, out, summary, _csv_rows):
         return 0
     if not ordered:
         print("no calls recorded" + (" matching the filters" if len(clauses) > 1 else ""))

@@ -8,6 +8,8 @@ line of the key the session used, and ``usage --by session`` showing the side ca
 its own row under the session whose total includes it.
 """
 
+import csv
+import io
 import json
 from collections.abc import Iterator
 from decimal import Decimal
@@ -186,3 +188,13 @@ def test_usage_shows_side_calls_under_their_session_and_in_its_total(
     assert table[at + 1].split()[:4] == ["+", "summary", "1", "3000"]
     assert "~$0.0038" in table[at + 1]
     assert [line.split()[:2] for line in table if line.startswith("total")] == [["total", "10"]]
+    # --totals: the totals' side calls, summed by purpose; the CSV's rows name them.
+    *_, total = json.loads(run(capsys, "usage", "--db", str(daemon.db), "--json", "--totals"))
+    assert [(t["purpose"], t["requests"], t["cost"]) for t in total["side_calls"]] == [
+        ("summary", 1, side["cost"])]
+    rows = list(csv.DictReader(io.StringIO(run(capsys, "usage", "--db", str(daemon.db),
+                                               "--csv", "--totals"))))
+    assert [(r["session"], r["side_call"], r["requests"], r["input_tokens"], r["cost"])
+            for r in rows] == [
+        (session, "", "10", "7500", row["cost"]), (session, "summary", "1", "3000", side["cost"]),
+        ("total", "", "10", "7500", row["cost"]), ("total", "summary", "1", "3000", side["cost"])]
