@@ -17,6 +17,16 @@ def test_the_default_run_excludes_slow_tests_and_ci_runs_them() -> None:
     assert ci.index('bash -c "$test_command"') < ci.index(".venv/bin/python -m pytest -m slow")
 
 
+def test_the_default_run_has_two_workers_and_the_test_extra_brings_them() -> None:
+    # .ci/run runs the README's command verbatim; -n needs pytest-xdist from the test extra.
+    readme = (ROOT / "README.md").read_text()
+    [command] = [line.strip() for line in readme.splitlines()
+                 if line.startswith("    python3 -m venv .venv ") and "pytest" in line]
+    assert shlex.split(command)[-3:] == ["pytest", "-n", "2"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(dep.startswith("pytest-xdist") for dep in project["optional-dependencies"]["test"])
+
+
 def test_the_slow_set_is_not_empty() -> None:
     # The full SIGKILL soak is the slow variant of the default crash test.
     test = test_crash.test_sigkill_during_concurrent_batches_loses_no_acknowledged_event

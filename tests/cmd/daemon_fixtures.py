@@ -1,9 +1,9 @@
 """Fixtures for end-to-end tests of ``sessionwarden daemon`` as a real subprocess.
 
 The upstream is :class:`~tests.support.fake_provider.FakeProviderServer`, run in-process so
-tests can read what it received. Every daemon a test starts is stopped at teardown (SIGTERM,
-then SIGKILL if it lingers), whether the test passed or not. Registered as a plugin by
-``tests/conftest.py``.
+tests can read what it received: one per test process, its state reset for each test.
+Every daemon a test starts is stopped at teardown (SIGTERM, then SIGKILL if it lingers),
+whether the test passed or not. Registered as a plugin by ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -309,11 +309,23 @@ class DaemonMaker:
 DaemonFactory = DaemonMaker
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeProviderServer]:
-    """An in-process fake provider, stopped at teardown."""
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[FakeProviderServer]:
+    """One in-process fake provider for the test process (each xdist worker has its own),
+    stopped at the end: stopping uvicorn takes some 0.15 s, which every test paid."""
     with FakeProviderServer() as server:
         yield server
+
+
+@pytest.fixture
+def fake(fake_server: FakeProviderServer) -> FakeProviderServer:
+    """The fake provider as new: nothing recorded, nothing steered (see ``reset``).
+
+    Every daemon a test starts is stopped at its teardown, so no request of an earlier
+    test reaches a later one; a stream an earlier test left hung ends with its connection.
+    """
+    fake_server.state.reset()
+    return fake_server
 
 
 @pytest.fixture

@@ -1,9 +1,15 @@
-"""End to end: the daemon as a subprocess, the openai SDK as client, the fake as upstream."""
+"""End to end: the daemon as a subprocess, the openai SDK as client, the fake as upstream.
+
+One daemon serves the module's tests that only read their own calls back (by call id or
+session) and leave every key healthy; the fake's record of requests is cleared for each.
+A test that benches a key, stops the daemon or counts the whole log has its own: ``fresh``.
+"""
 
 import itertools
 import json
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -12,13 +18,52 @@ import openai
 import pytest
 from sessionwarden.redact import fingerprint
 
-from tests.cmd.daemon_fixtures import MODEL, Daemon, DaemonFactory, chat_body
+from tests.cmd.daemon_fixtures import MODEL, Daemon, DaemonFactory, DaemonMaker, chat_body
 from tests.support.fake_provider import FakeProviderServer
 
 MESSAGES: list[Any] = [
     {"role": "system", "content": "You are terse and exact."},
     {"role": "user", "content": "Hello there, please summarise the plan."},
 ]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, FakeProviderServer]]:
+    """The module's fake upstream and daemon, stopped (SIGTERM, else SIGKILL) at the end."""
+    with FakeProviderServer() as server:
+        maker = DaemonMaker(tmp_path_factory.mktemp("e2e"), server)
+        try:
+            daemon = maker().start()
+            yield daemon, server
+            assert daemon.stop() == 0
+        finally:
+            maker.cleanup()
+
+
+@pytest.fixture
+def fake(shared: tuple[Daemon, FakeProviderServer]) -> FakeProviderServer:
+    """The shared fake, with its record of requests cleared for this test."""
+    shared[1].state.clear()
+    return shared[1]
+
+
+@pytest.fixture
+def daemon(shared: tuple[Daemon, FakeProviderServer], fake: FakeProviderServer) -> Daemon:
+    """The shared daemon, still running."""
+    d = shared[0]
+    assert d.proc is not None and d.proc.poll() is None, d.stderr()
+    return d
+
+
+@pytest.fixture
+def fresh(daemon_factory: DaemonFactory) -> Daemon:
+    """A daemon of this test's own on a fresh database (against the shared fake)."""
+    return daemon_factory().start()
+
+
+def _session_rows(daemon: Daemon, session: str) -> list[str]:
+    """The ledger's call ids of ``session``."""
+    return [c for c, row in daemon.ledger().items() if row["session_id"] == session]
 
 
 def _usage_of(daemon: Daemon, call_id: str) -> dict[str, Any]:
@@ -134,7 +179,8 @@ def test_missing_provider_usage_is_estimated(
     assert daemon.ledger()[call_id]["source"] == "estimated"
 
 
-def test_every_call_has_exactly_one_usage_record(daemon: Daemon) -> None:
+def test_every_call_has_exactly_one_usage_record(fresh: Daemon) -> None:
+    daemon = fresh  # its 429 benches both keys, and it counts the whole log
     ids = []
     with daemon.http() as http:
         for i, extra in enumerate([{}, {"stream": True}, {"fake": {"status": 500}},
@@ -186,8 +232,9 @@ def test_unknown_fields_and_headers_pass_through(daemon: Daemon, fake: FakeProvi
 @pytest.mark.parametrize(("status", "error"), [(429, openai.RateLimitError),
                                                 (500, openai.InternalServerError)])
 def test_upstream_errors_keep_their_status(
-    daemon: Daemon, fake: FakeProviderServer, status: int, error: type[openai.APIStatusError]
+    fresh: Daemon, fake: FakeProviderServer, status: int, error: type[openai.APIStatusError]
 ) -> None:
+    daemon = fresh  # the errors cool (429) or count against (500) the keys
     with daemon.openai() as client, pytest.raises(error) as info:
         client.chat.completions.create(model=MODEL, messages=MESSAGES,
                                        extra_body={"fake": {"status": status}})
@@ -239,7 +286,7 @@ def test_concurrent_calls_overlap(daemon: Daemon, fake: FakeProviderServer) -> N
             elapsed = time.perf_counter() - started
     assert results == [f"ok: call {i}" for i in range(16)]
     assert elapsed < 2.5, f"16 calls of 300 ms took {elapsed:.2f} s"
-    assert len(daemon.ledger()) == 17
+    assert len(_session_rows(daemon, "conc")) == 17
 
 
 def test_client_disconnect_mid_stream_still_recorded(daemon: Daemon) -> None:
@@ -326,7 +373,8 @@ def test_sigterm_exits_zero_and_restart_keeps_ledger(
     second.replay_verify()
 
 
-def test_sigterm_lets_in_flight_call_finish(daemon: Daemon) -> None:
+def test_sigterm_lets_in_flight_call_finish(fresh: Daemon) -> None:
+    daemon = fresh
     result: dict[str, Any] = {}
 
     def slow() -> None:
@@ -366,7 +414,8 @@ def test_events_cli_lists_the_calls(daemon: Daemon) -> None:
         client.chat.completions.create(model=MODEL, messages=MESSAGES)
     out = daemon.cli("events", "--json").stdout
     events = [json.loads(line) for line in out.splitlines()]
-    assert [e["type"] for e in events].count("session.call_completed.v3") == 1
+    mine = [e["type"] for e in events if e["stream"] == "session-cli"]
+    assert mine.count("session.call_completed.v3") == 1
     daemon.replay_verify()
 
 
@@ -397,4 +446,4 @@ def test_replay_verify_and_usage_while_the_daemon_is_busy(daemon: Daemon) -> Non
         stop.set()
         for w in workers:
             w.join(10)
-    assert len(daemon.ledger()) == len(done)
+    assert len(_session_rows(daemon, "busy")) == len(done)

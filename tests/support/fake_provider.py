@@ -173,6 +173,14 @@ class FakeProviderState:
             self.counters.clear()
             self.by_model.clear()
 
+    def reset(self) -> None:
+        """Back to a new state's: nothing recorded, nothing steered, no key answer or listing."""
+        fresh = FakeProviderState()
+        with self._lock:
+            for f in fields(self):
+                if f.name != "_lock":
+                    setattr(self, f.name, getattr(fresh, f.name))
+
 
 def _text(content: Any) -> str:
     """Flatten an OpenAI/Anthropic message content (string or list of parts) to text."""
