@@ -53,7 +53,8 @@ def test_port_in_use_is_one_line_exit_69_and_leaves_no_lock(
 
 def test_a_clean_stop_leaves_no_lock(daemon_factory: DaemonMaker, tmp_path: Path) -> None:
     daemon = daemon_factory(db=db_in(tmp_path)).start()
-    assert lock_file(daemon).read_text() == f"{daemon.proc.pid if daemon.proc else '?'}\n"
+    assert daemon.proc is not None  # the pid, then where it listens (for `keys list`)
+    assert lock_file(daemon).read_text() == f"{daemon.proc.pid}\n{daemon.url('')}\n"
     assert daemon.stop() == 0
     assert not lock_file(daemon).exists()
 

@@ -140,13 +140,13 @@ def test_the_announcement_names_the_holder_and_its_url_while_it_lives(db: Path) 
 
 @pytest.mark.parametrize("text", [
     "99999999\nhttp://127.0.0.1:8787\n",  # a SIGKILLed daemon's leftover: its pid is gone
-    f"{os.getpid()}\nftp://127.0.0.1:8787\n",
-    f"{os.getpid()}\n",
+    "{pid}\nftp://127.0.0.1:8787\n",  # {pid}: this process's, alive
+    "{pid}\n",
     "garbage\nhttp://127.0.0.1:8787\n",
     "",
 ])
 def test_an_announcement_that_names_no_live_daemon_of_ours_is_none(
     db: Path, text: str
 ) -> None:
-    db.with_name(db.name + ".lock").write_text(text)
+    db.with_name(db.name + ".lock").write_text(text.replace("{pid}", str(os.getpid())))
     assert read_announcement(db) is None
