@@ -45,8 +45,11 @@ class Facts(msgspec.Struct, frozen=True, kw_only=True):
 
     def code(self, name: str) -> str:
         """The first body code that is in list ``name``, else ``""``."""
+        codes = self.body.codes
+        if not codes:
+            return ""
         wanted: tuple[str, ...] = getattr(self.patterns, name)
-        found: str = next((code for code in self.body.codes if code in wanted), "")
+        found: str = next(filter(wanted.__contains__, codes), "")
         return found
 
     def where(self) -> str:
@@ -131,9 +134,7 @@ def _reset(facts: Facts, bucket_names: tuple[str, ...]) -> tuple[float | None, s
             return bucket.reset_seconds, f"header {name} reset"
     if facts.snapshot.retry_after_seconds is not None:
         return facts.snapshot.retry_after_seconds, "retry-after"
-    if facts.body.reset_seconds is not None:
-        return facts.body.reset_seconds, facts.body.reset_source
-    return None, ""
+    return facts.body.reset()
 
 
 def rate_limit(facts: Facts, rule: str, long_reset: bool = False) -> Classification:
@@ -183,7 +184,7 @@ def transient_signal(facts: Facts) -> str:
     """What says a usage cap will lift soon (a phrase, a stated reset), else ``""``."""
     if phrase := facts.has("transient_signals"):
         return f"'{phrase}'"
-    if facts.body.reset_seconds is not None or facts.snapshot.retry_after_seconds is not None:
+    if facts.body.reset()[0] is not None or facts.snapshot.retry_after_seconds is not None:
         return "a stated reset"
     if any(b.reset_seconds is not None for b in facts.snapshot.buckets):
         return "a reset header"

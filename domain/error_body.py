@@ -61,6 +61,10 @@ _DELAY = re.compile(
     r"(?:quotaresetdelay|resets? in|try again in|retry in|retry after|please wait)"
     rf"[\s:=\"']{{0,4}}((?:{_AMOUNT}\s{{0,2}}{_UNIT}[\s,]{{0,3}}(?:and\s{{1,3}})?){{1,4}})"
 )
+#: What a match of ``_DELAY`` and of ``_DATE`` begins with (their alternatives).
+_DELAY_CUES = ("quotaresetdelay", "reset in", "resets in", "try again in", "retry in",
+               "retry after", "please wait")
+_DATE_CUES = ("regain access on", "reset at", "resets at", "reset on", "until")
 _PART = re.compile(rf"({_AMOUNT})\s{{0,2}}({_UNIT})")
 _DATE = re.compile(
     r"(?:regain access on|resets? at|reset on|until)\s{1,3}"
@@ -69,7 +73,7 @@ _DATE = re.compile(
 _UNIT_SECONDS = {"ms": 1e-3, "m": 60.0, "h": 3600.0, "s": 1.0}
 
 
-class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+class ErrorBody:
     """What an error body says, bounded and normalised.
 
     Attributes:
@@ -78,12 +82,60 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
         reset_seconds: a reset the body states, in seconds from now, or None.
         reset_source: where that reset came from (``"body field reset_at"``, ``"body
             phrase"``), ``""`` when none.
+
+    A reset stated in words is read on first use (:meth:`reset`): it takes regular
+    expressions over the text, and most classifications find their reset in the headers
+    first. The value is the same whenever it is read; immutable in every other way.
     """
 
-    text: str = ""
-    codes: tuple[str, ...] = ()
-    reset_seconds: float | None = None
-    reset_source: str = ""
+    __slots__ = ("_phrases", "_reset", "codes", "text")
+
+    def __init__(self, text: str = "", codes: tuple[str, ...] = (),
+                 reset_seconds: float | None = None, reset_source: str = "", *,
+                 phrases_of: tuple[str, datetime] | None = None) -> None:
+        """Hold what was read.
+
+        ``phrases_of``: the raw text and ``now`` a phrase reset is read from, on first
+        use, when ``reset_seconds`` is None.
+        """
+        self.text = text
+        self.codes = codes
+        self._reset = (reset_seconds, reset_source)
+        self._phrases = phrases_of if reset_seconds is None else None
+
+    def reset(self) -> tuple[float | None, str]:
+        """``(reset_seconds, reset_source)``, reading the text's phrases the first time."""
+        pending = self._phrases
+        if pending is not None:
+            seconds = _phrase_reset(pending[0].lower(), pending[1])
+            if seconds is not None:
+                self._reset = (seconds, "body phrase")
+            self._phrases = None
+        return self._reset
+
+    @property
+    def reset_seconds(self) -> float | None:
+        """A reset the body states, in seconds from now, or None."""
+        return self.reset()[0]
+
+    @property
+    def reset_source(self) -> str:
+        """Where :attr:`reset_seconds` came from, ``""`` when none."""
+        return self.reset()[1]
+
+    def _key(self) -> tuple[str, tuple[str, ...], tuple[float | None, str]]:
+        return self.text, self.codes, self.reset()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ErrorBody) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        reset, source = self.reset()
+        return (f"ErrorBody(text={self.text!r}, codes={self.codes!r}, "
+                f"reset_seconds={reset!r}, reset_source={source!r})")
 
 
 def _believable(seconds: float) -> float | None:
@@ -131,16 +183,26 @@ def _relative(value: object) -> float | None:
     return None
 
 
+def _first(raw: str, cues: tuple[str, ...]) -> int:
+    """Where the first of ``cues`` starts in ``raw``, or -1 when none is there."""
+    return min([at for cue in cues if (at := raw.find(cue)) >= 0], default=-1)
+
+
 def _phrase_reset(raw: str, now: datetime) -> float | None:
-    """A reset stated in words: a delay phrase, or a date to regain access."""
-    if match := _DELAY.search(raw):
+    """A reset stated in words: a delay phrase, or a date to regain access.
+
+    The phrases begin with one of a few words (:data:`_DELAY_CUES`, :data:`_DATE_CUES`),
+    found by plain search; the regular expression starts from the first of them instead
+    of trying every position of the text.
+    """
+    if (start := _first(raw, _DELAY_CUES)) >= 0 and (match := _DELAY.search(raw, start)):
         total = 0.0
         for amount, unit in _PART.findall(match.group(1)):
             key = "ms" if unit.startswith("millis") or unit == "ms" else unit[0]
             total += float(amount) * _UNIT_SECONDS[key]
         if (seconds := _believable(total)) is not None:
             return seconds
-    if match := _DATE.search(raw):
+    if (start := _first(raw, _DATE_CUES)) >= 0 and (match := _DATE.search(raw, start)):
         year, month, day, hour, minute, second = match.groups()
         try:
             moment = datetime(int(year), int(month), int(day), int(hour or 0),
@@ -171,56 +233,58 @@ def _decode(body: bytes | str) -> Any:
         return None
 
 
-class _Walk:
-    """Collects strings, codes and reset fields from decoded JSON, within the bounds."""
+def _walk(
+    root: Any, now: datetime, strings: list[str], codes: list[str]
+) -> tuple[float | None, str]:
+    """Collect ``root``'s strings and raw codes; its first reset field, within the bounds.
 
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-        self.strings: list[str] = []
-        self.codes: list[str] = []
-        self.size = 0
-        self.reset: float | None = None
-        self.reset_source = ""
-
-    def field(self, low: str, value: object) -> None:
-        if self.reset is None and low in _RESET_KEYS:
-            seconds = _absolute(value, self.now) if low in _ABSOLUTE_KEYS else _relative(value)
-            if seconds is not None:
-                self.reset, self.reset_source = seconds, f"body field {low}"
-        if low in _CODE_KEYS and isinstance(value, str) and len(value) <= 100:
-            self.codes.append(normalise(value))
-
-    def run(self, root: Any) -> None:
-        stack: list[tuple[Any, int]] = [(root, 0)]
-        nodes = 0
-        while stack and nodes < MAX_NODES and self.size < MAX_TEXT_CHARS:
-            node, depth = stack.pop()
-            nodes += 1
-            if isinstance(node, str):
-                piece = node[: MAX_TEXT_CHARS - self.size]
-                self.strings.append(piece)
-                self.size += len(piece) + 1
-                # OpenRouter and some SDK wrappers carry the upstream error as JSON text
-                if depth < MAX_DEPTH and piece.lstrip().startswith("{"):
-                    inner = _decode(piece)
-                    if inner is not None:
-                        stack.append((inner, depth + 1))
-            elif depth >= MAX_DEPTH:
-                continue
-            elif isinstance(node, dict):
-                children = []
-                for key, value in islice(node.items(), MAX_NODES):
-                    if not isinstance(key, str):
-                        continue
-                    low = key.lower()
-                    if low in _SKIP_KEYS:
-                        continue
-                    if low in _FIELD_KEYS:
-                        self.field(low, value)
-                    children.append((value, depth + 1))
-                stack.extend(reversed(children))
-            elif isinstance(node, (list, tuple)):
-                stack.extend((item, depth + 1) for item in reversed(node[:MAX_NODES]))
+    Depth first in document order (a string holding JSON is opened where it stands);
+    every visited node counts, the walk stops at :data:`MAX_NODES` nodes or
+    :data:`MAX_TEXT_CHARS` characters, and containers at :data:`MAX_DEPTH` are not
+    opened. Plain locals and one stack: this runs on every failed call.
+    """
+    reset: float | None = None
+    source = ""
+    size = nodes = 0
+    stack: list[tuple[Any, int]] = [(root, 0)]
+    while stack and nodes < MAX_NODES and size < MAX_TEXT_CHARS:
+        node, depth = stack.pop()
+        nodes += 1
+        if isinstance(node, str):
+            piece = node[: MAX_TEXT_CHARS - size]
+            strings.append(piece)
+            size += len(piece) + 1
+            # OpenRouter and some SDK wrappers carry the upstream error as JSON text
+            if depth < MAX_DEPTH and "{" in piece and piece.lstrip().startswith("{"):
+                inner = _decode(piece)
+                if inner is not None:
+                    stack.append((inner, depth + 1))
+        elif depth >= MAX_DEPTH:
+            continue
+        elif isinstance(node, dict):
+            below = depth + 1
+            children = []
+            items = node.items()
+            for key, value in items if len(node) <= MAX_NODES else islice(items, MAX_NODES):
+                if not isinstance(key, str):
+                    continue
+                low = key.lower()
+                if low in _SKIP_KEYS:
+                    continue
+                if low in _FIELD_KEYS:
+                    if low in _CODE_KEYS:
+                        if isinstance(value, str) and len(value) <= 100:
+                            codes.append(value)
+                    elif reset is None:
+                        reset = (_absolute(value, now) if low in _ABSOLUTE_KEYS
+                                 else _relative(value))
+                        source = "" if reset is None else f"body field {low}"
+                children.append((value, below))
+            children.reverse()
+            stack += children
+        elif isinstance(node, (list, tuple)):
+            stack += [(item, depth + 1) for item in reversed(node[:MAX_NODES])]
+    return reset, source
 
 
 def read_error_body(body: object, now: datetime) -> ErrorBody:
@@ -239,19 +303,20 @@ def read_error_body(body: object, now: datetime) -> ErrorBody:
         if decoded is None:
             text = body if isinstance(body, str) else body.decode("utf-8", "replace")
             raw = text[:MAX_TEXT_CHARS]
-    walk = _Walk(now)
+    strings: list[str] = []
+    codes: list[str] = []
+    reset: float | None = None
+    source = ""
     if not raw and decoded is not None:
         try:
-            walk.run(decoded)
+            reset, source = _walk(decoded, now, strings, codes)
         except RecursionError:  # a hostile, deeply nested pre-decoded value
             pass
-        raw = "\n".join(walk.strings)[:MAX_TEXT_CHARS]
-    reset, source = walk.reset, walk.reset_source
-    if reset is None and (reset := _phrase_reset(raw.lower(), now)) is not None:
-        source = "body phrase"
+        raw = "\n".join(strings)[:MAX_TEXT_CHARS]
     return ErrorBody(
         text=normalise(raw),
-        codes=tuple(dict.fromkeys(c for c in walk.codes if c)),
+        codes=tuple(dict.fromkeys(c for c in map(normalise, codes) if c)),
         reset_seconds=reset,
         reset_source=source,
+        phrases_of=(raw, now),
     )

@@ -29,6 +29,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from functools import lru_cache
 
 import msgspec
 from sessionwarden.events import RateLimitBucketSeen
@@ -48,9 +49,11 @@ __all__ = [
 _OPENAI = re.compile(r"x-ratelimit-(limit|remaining|reset)-([a-z0-9][a-z0-9-]{0,40})")
 _ANTHROPIC = re.compile(r"anthropic-ratelimit-([a-z0-9][a-z0-9-]{0,40})-(limit|remaining|reset)")
 _GO_PART = re.compile(r"(\d{1,12}(?:\.\d{1,9})?)(h|ms|m|s|us|µs|ns)")
+# the two shapes providers send ("20ms", "1.4s"; "2h0m0s", "6m0s"), each read by one match
+_GO_ONE = _GO_PART
+_GO_HMS = re.compile(r"(?:(\d{1,12})h)?(?:(\d{1,12})m)?(\d{1,12}(?:\.\d{1,9})?)s")
 _GO_DURATION = re.compile(r"(?:\d{1,12}(?:\.\d{1,9})?(?:h|ms|m|s|us|µs|ns)){1,8}")
 _NUMBER = re.compile(r"\d{1,12}(?:\.\d{1,9})?")
-_INTEGER = re.compile(r"\d{1,15}")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 #: Longer waits than this are treated as malformed rather than believed.
@@ -112,6 +115,17 @@ def _seconds(value: float) -> float | None:
     return value
 
 
+def _is_number(text: str) -> bool:
+    """Whether ``text`` is digits with an optional fraction (``_NUMBER``), cheaply.
+
+    ``str.isdecimal`` is exactly the regex's ``\\d`` (Unicode category Nd), so digits
+    alone need no regex; only a text with a dot that ends with a digit runs it.
+    """
+    if text.isdecimal():
+        return len(text) <= 12
+    return "." in text and text[-1].isdecimal() and _NUMBER.fullmatch(text) is not None
+
+
 def parse_duration(text: str) -> float | None:
     """Parse a Go-style duration (``"6m0s"``, ``"20ms"``, ``"0.5s"``) or bare seconds.
 
@@ -120,8 +134,17 @@ def parse_duration(text: str) -> float | None:
     text = text.strip()
     if len(text) > _MAX_VALUE_LENGTH:
         return None
-    if _NUMBER.fullmatch(text):
+    if _is_number(text):
         return _seconds(float(text))
+    # A duration splits into its parts one way only (digits, then a unit), so the
+    # common shapes' own matches give the same parts as the general reading below.
+    if match := _GO_ONE.fullmatch(text):
+        return _seconds(sum([float(match[1]) * _UNIT_SECONDS[match[2]]]))
+    if match := _GO_HMS.fullmatch(text):
+        hours, minutes, seconds = match.groups()
+        parts = [float(n) * unit for n, unit in ((hours, 3600.0), (minutes, 60.0))
+                 if n is not None]
+        return _seconds(sum([*parts, float(seconds)]))
     if not _GO_DURATION.fullmatch(text):
         return None
     total = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _GO_PART.findall(text))
@@ -144,7 +167,7 @@ def _parse_timestamp(text: str, now: datetime) -> float | None:
     text = text.strip()
     if len(text) > _MAX_VALUE_LENGTH:
         return None
-    if _NUMBER.fullmatch(text):
+    if _is_number(text):
         epoch = float(text)
         if epoch < _EPOCH_MIN:
             return None
@@ -161,7 +184,7 @@ def _parse_retry_after(text: str, now: datetime) -> float | None:
     text = text.strip()
     if len(text) > _MAX_VALUE_LENGTH:
         return None
-    if _NUMBER.fullmatch(text):
+    if _is_number(text):
         return _seconds(float(text))
     try:
         moment = parsedate_to_datetime(text)
@@ -172,7 +195,24 @@ def _parse_retry_after(text: str, now: datetime) -> float | None:
 
 def _parse_int(text: str) -> int | None:
     text = text.strip()
-    return int(text) if _INTEGER.fullmatch(text) else None
+    return int(text) if len(text) <= 15 and text.isdecimal() else None
+
+
+@lru_cache(maxsize=256)
+def _header(raw_name: str) -> tuple[str, str, str]:
+    """A header name as (family, kind, bucket key); family ``""`` when not a limit header.
+
+    Providers send the same few names on every response, so the answers are kept (at
+    most 256 of them: a stream of odd names evicts, it does not grow the cache).
+    """
+    name = raw_name.lower()
+    if match := _OPENAI.fullmatch(name):
+        return "openai", match.group(1), match.group(2).replace("-", "_")
+    if match := _ANTHROPIC.fullmatch(name):
+        return "anthropic", match.group(2), match.group(1).replace("-", "_")
+    if name in ("retry-after", "retry-after-ms"):
+        return name, "", ""
+    return "", "", ""
 
 
 def parse_rate_limits(headers: Mapping[str, str], now: datetime) -> RateLimitSnapshot:
@@ -192,27 +232,24 @@ def parse_rate_limits(headers: Mapping[str, str], now: datetime) -> RateLimitSna
     for raw_name, value in headers.items():
         if not isinstance(raw_name, str) or not isinstance(value, str):
             continue
-        name = raw_name.lower()
+        family, kind, key = _header(raw_name)
         parsed: int | float | None
-        if match := _OPENAI.fullmatch(name):
-            kind, bucket = match.group(1), match.group(2)
+        if family == "openai":
             parsed = parse_duration(value) if kind == "reset" else _parse_int(value)
-        elif match := _ANTHROPIC.fullmatch(name):
-            bucket, kind = match.group(1), match.group(2)
+        elif family == "anthropic":
             parsed = _parse_timestamp(value, now) if kind == "reset" else _parse_int(value)
-        elif name == "retry-after":
+        elif family == "retry-after":
             retry_after = _parse_retry_after(value, now)
             continue
-        elif name == "retry-after-ms":
+        elif family == "retry-after-ms":
             millis = value.strip()
-            if len(millis) <= _MAX_VALUE_LENGTH and _NUMBER.fullmatch(millis):
+            if len(millis) <= _MAX_VALUE_LENGTH and _is_number(millis):
                 retry_after_ms = _seconds(float(millis) / 1000.0)
             continue
         else:
             continue
         if parsed is None:
             continue
-        key = bucket.replace("-", "_")
         if key not in fields and len(fields) >= _MAX_BUCKETS:
             continue
         fields.setdefault(key, {})[kind] = parsed
