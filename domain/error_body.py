@@ -25,6 +25,7 @@ param}}``, Anthropic ``{"type": "error", "error": {type, message}}``, Gemini ``{
 
 import math
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from itertools import islice
@@ -241,49 +242,56 @@ def _walk(
     Depth first in document order (a string holding JSON is opened where it stands);
     every visited node counts, the walk stops at :data:`MAX_NODES` nodes or
     :data:`MAX_TEXT_CHARS` characters, and containers at :data:`MAX_DEPTH` are not
-    opened. Plain locals and one stack: this runs on every failed call.
+    opened. It runs on every failed call, hence plain locals and one stack of the
+    containers being read (an iterator each), not of every node.
     """
     reset: float | None = None
     source = ""
     size = nodes = 0
-    stack: list[tuple[Any, int]] = [(root, 0)]
-    while stack and nodes < MAX_NODES and size < MAX_TEXT_CHARS:
-        node, depth = stack.pop()
-        nodes += 1
-        if isinstance(node, str):
-            piece = node[: MAX_TEXT_CHARS - size]
-            strings.append(piece)
-            size += len(piece) + 1
-            # OpenRouter and some SDK wrappers carry the upstream error as JSON text
-            if depth < MAX_DEPTH and "{" in piece and piece.lstrip().startswith("{"):
-                inner = _decode(piece)
-                if inner is not None:
-                    stack.append((inner, depth + 1))
-        elif depth >= MAX_DEPTH:
-            continue
-        elif isinstance(node, dict):
-            below = depth + 1
-            children = []
-            items = node.items()
-            for key, value in items if len(node) <= MAX_NODES else islice(items, MAX_NODES):
-                if not isinstance(key, str):
-                    continue
-                low = key.lower()
-                if low in _SKIP_KEYS:
-                    continue
-                if low in _FIELD_KEYS:
-                    if low in _CODE_KEYS:
-                        if isinstance(value, str) and len(value) <= 100:
-                            codes.append(value)
-                    elif reset is None:
-                        reset = (_absolute(value, now) if low in _ABSOLUTE_KEYS
-                                 else _relative(value))
-                        source = "" if reset is None else f"body field {low}"
-                children.append((value, below))
-            children.reverse()
-            stack += children
-        elif isinstance(node, (list, tuple)):
-            stack += [(item, depth + 1) for item in reversed(node[:MAX_NODES])]
+    stack: list[tuple[Iterator[Any], int]] = [(iter((root,)), 0)]
+    while stack:
+        items, depth = stack[-1]
+        for node in items:
+            if nodes >= MAX_NODES or size >= MAX_TEXT_CHARS:
+                return reset, source
+            nodes += 1
+            if isinstance(node, str):
+                piece = node[: MAX_TEXT_CHARS - size]
+                strings.append(piece)
+                size += len(piece) + 1
+                # OpenRouter and some SDK wrappers carry the upstream error as JSON text
+                if depth < MAX_DEPTH and "{" in piece and piece.lstrip().startswith("{"):
+                    inner = _decode(piece)
+                    if inner is not None:
+                        stack.append((iter((inner,)), depth + 1))
+                        break
+            elif depth >= MAX_DEPTH:
+                continue
+            elif isinstance(node, dict):
+                children = []
+                pairs = node.items()
+                for key, value in pairs if len(node) <= MAX_NODES else islice(pairs, MAX_NODES):
+                    if not isinstance(key, str):
+                        continue
+                    low = key.lower()
+                    if low in _SKIP_KEYS:
+                        continue
+                    if low in _FIELD_KEYS:
+                        if low in _CODE_KEYS:
+                            if isinstance(value, str) and len(value) <= 100:
+                                codes.append(value)
+                        elif reset is None:
+                            reset = (_absolute(value, now) if low in _ABSOLUTE_KEYS
+                                     else _relative(value))
+                            source = "" if reset is None else f"body field {low}"
+                    children.append(value)
+                stack.append((iter(children), depth + 1))
+                break
+            elif isinstance(node, (list, tuple)):
+                stack.append((iter(node[:MAX_NODES]), depth + 1))
+                break
+        else:
+            stack.pop()
     return reset, source
 
 
@@ -315,7 +323,7 @@ def read_error_body(body: object, now: datetime) -> ErrorBody:
         raw = "\n".join(strings)[:MAX_TEXT_CHARS]
     return ErrorBody(
         text=normalise(raw),
-        codes=tuple(dict.fromkeys(c for c in map(normalise, codes) if c)),
+        codes=tuple(dict.fromkeys(filter(None, map(normalise, codes)))) if codes else (),
         reset_seconds=reset,
         reset_source=source,
         phrases_of=(raw, now),

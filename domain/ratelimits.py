@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from functools import lru_cache
+from typing import Any
 
 import msgspec
 from sessionwarden.events import RateLimitBucketSeen
@@ -49,9 +50,8 @@ __all__ = [
 _OPENAI = re.compile(r"x-ratelimit-(limit|remaining|reset)-([a-z0-9][a-z0-9-]{0,40})")
 _ANTHROPIC = re.compile(r"anthropic-ratelimit-([a-z0-9][a-z0-9-]{0,40})-(limit|remaining|reset)")
 _GO_PART = re.compile(r"(\d{1,12}(?:\.\d{1,9})?)(h|ms|m|s|us|µs|ns)")
-# the two shapes providers send ("20ms", "1.4s"; "2h0m0s", "6m0s"), each read by one match
-_GO_ONE = _GO_PART
-_GO_HMS = re.compile(r"(?:(\d{1,12})h)?(?:(\d{1,12})m)?(\d{1,12}(?:\.\d{1,9})?)s")
+# the shape providers send ("20ms", "1.4s", "6m0s", "2h0m0s"), read by one match
+_GO_SHORT = re.compile(r"(?:(\d{1,12})h)?(?:(\d{1,12})m)?(\d{1,12}(?:\.\d{1,9})?)(ms|s)")
 _GO_DURATION = re.compile(r"(?:\d{1,12}(?:\.\d{1,9})?(?:h|ms|m|s|us|µs|ns)){1,8}")
 _NUMBER = re.compile(r"\d{1,12}(?:\.\d{1,9})?")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -137,14 +137,15 @@ def parse_duration(text: str) -> float | None:
     if _is_number(text):
         return _seconds(float(text))
     # A duration splits into its parts one way only (digits, then a unit), so the
-    # common shapes' own matches give the same parts as the general reading below.
-    if match := _GO_ONE.fullmatch(text):
-        return _seconds(sum([float(match[1]) * _UNIT_SECONDS[match[2]]]))
-    if match := _GO_HMS.fullmatch(text):
-        hours, minutes, seconds = match.groups()
-        parts = [float(n) * unit for n, unit in ((hours, 3600.0), (minutes, 60.0))
-                 if n is not None]
-        return _seconds(sum([*parts, float(seconds)]))
+    # common shape's match gives the parts, in order, that the general reading does.
+    if match := _GO_SHORT.fullmatch(text):
+        hours, minutes, amount, unit = match.groups()
+        parts = [float(amount) * _UNIT_SECONDS[unit]]
+        if minutes is not None:
+            parts.insert(0, float(minutes) * _UNIT_SECONDS["m"])
+        if hours is not None:
+            parts.insert(0, float(hours) * _UNIT_SECONDS["h"])
+        return _seconds(sum(parts))
     if not _GO_DURATION.fullmatch(text):
         return None
     total = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _GO_PART.findall(text))
@@ -193,26 +194,30 @@ def _parse_retry_after(text: str, now: datetime) -> float | None:
     return _until(moment, now)
 
 
-def _parse_int(text: str) -> int | None:
-    text = text.strip()
-    return int(text) if len(text) <= 15 and text.isdecimal() else None
+#: What a header's value is read as, and where it goes: a bucket's count, its reset as
+#: a Go duration (OpenAI) or a moment (Anthropic), or one of the two retry-after headers.
+_SLOTS = {"limit": 0, "remaining": 1, "reset": 2}
 
 
 @lru_cache(maxsize=256)
-def _header(raw_name: str) -> tuple[str, str, str]:
-    """A header name as (family, kind, bucket key); family ``""`` when not a limit header.
+def _header(raw_name: str) -> tuple[str, int, str]:
+    """A header name as (how its value reads, bucket slot, bucket key); ``""`` if no limit.
 
     Providers send the same few names on every response, so the answers are kept (at
     most 256 of them: a stream of odd names evicts, it does not grow the cache).
     """
     name = raw_name.lower()
     if match := _OPENAI.fullmatch(name):
-        return "openai", match.group(1), match.group(2).replace("-", "_")
-    if match := _ANTHROPIC.fullmatch(name):
-        return "anthropic", match.group(2), match.group(1).replace("-", "_")
-    if name in ("retry-after", "retry-after-ms"):
-        return name, "", ""
-    return "", "", ""
+        kind, bucket = match.group(1), match.group(2)
+        reading = "duration" if kind == "reset" else "count"
+    elif match := _ANTHROPIC.fullmatch(name):
+        bucket, kind = match.group(1), match.group(2)
+        reading = "moment" if kind == "reset" else "count"
+    elif name in ("retry-after", "retry-after-ms"):
+        return name, 0, ""
+    else:
+        return "", 0, ""
+    return reading, _SLOTS[kind], bucket.replace("-", "_")
 
 
 def parse_rate_limits(headers: Mapping[str, str], now: datetime) -> RateLimitSnapshot:
@@ -226,22 +231,27 @@ def parse_rate_limits(headers: Mapping[str, str], now: datetime) -> RateLimitSna
         The snapshot; malformed values are simply absent from it. Never raises.
     """
     now = _aware(now)
-    fields: dict[str, dict[str, int | float]] = {}
+    fields: dict[str, list[Any]] = {}  # a bucket's [limit, remaining, reset]
     retry_after: float | None = None
     retry_after_ms: float | None = None
+    parsed: int | float | None
     for raw_name, value in headers.items():
         if not isinstance(raw_name, str) or not isinstance(value, str):
             continue
-        family, kind, key = _header(raw_name)
-        parsed: int | float | None
-        if family == "openai":
-            parsed = parse_duration(value) if kind == "reset" else _parse_int(value)
-        elif family == "anthropic":
-            parsed = _parse_timestamp(value, now) if kind == "reset" else _parse_int(value)
-        elif family == "retry-after":
+        reading, slot, key = _header(raw_name)
+        if reading == "count":
+            text = value.strip()
+            if len(text) > 15 or not text.isdecimal():  # \d{1,15}
+                continue
+            parsed = int(text)
+        elif reading == "duration":
+            parsed = parse_duration(value)
+        elif reading == "moment":
+            parsed = _parse_timestamp(value, now)
+        elif reading == "retry-after":
             retry_after = _parse_retry_after(value, now)
             continue
-        elif family == "retry-after-ms":
+        elif reading == "retry-after-ms":
             millis = value.strip()
             if len(millis) <= _MAX_VALUE_LENGTH and _is_number(millis):
                 retry_after_ms = _seconds(float(millis) / 1000.0)
@@ -250,18 +260,16 @@ def parse_rate_limits(headers: Mapping[str, str], now: datetime) -> RateLimitSna
             continue
         if parsed is None:
             continue
-        if key not in fields and len(fields) >= _MAX_BUCKETS:
-            continue
-        fields.setdefault(key, {})[kind] = parsed
-    buckets = tuple(
-        RateLimitBucket(
-            name=key,
-            limit=int(values["limit"]) if "limit" in values else None,
-            remaining=int(values["remaining"]) if "remaining" in values else None,
-            reset_seconds=float(values["reset"]) if "reset" in values else None,
-        )
+        values = fields.get(key)
+        if values is None:
+            if len(fields) >= _MAX_BUCKETS:
+                continue
+            values = fields[key] = [None, None, None]
+        values[slot] = parsed
+    buckets = tuple([
+        RateLimitBucket(name=key, limit=values[0], remaining=values[1], reset_seconds=values[2])
         for key, values in sorted(fields.items())
-    )
+    ])
     return RateLimitSnapshot(
         buckets=buckets,
         retry_after_seconds=retry_after_ms if retry_after_ms is not None else retry_after,
