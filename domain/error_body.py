@@ -62,10 +62,10 @@ _DELAY = re.compile(
     r"(?:quotaresetdelay|resets? in|try again in|retry in|retry after|please wait)"
     rf"[\s:=\"']{{0,4}}((?:{_AMOUNT}\s{{0,2}}{_UNIT}[\s,]{{0,3}}(?:and\s{{1,3}})?){{1,4}})"
 )
-#: What a match of ``_DELAY`` and of ``_DATE`` begins with (their alternatives).
-_DELAY_CUES = ("quotaresetdelay", "reset in", "resets in", "try again in", "retry in",
-               "retry after", "please wait")
-_DATE_CUES = ("regain access on", "reset at", "resets at", "reset on", "until")
+#: Every match of ``_DELAY`` (of ``_DATE``) begins with one of these words: the first of
+#: them found in a text is where a search for the phrase may start.
+_DELAY_CUES = ("reset", "retry ", "try again", "please wait", "quota")
+_DATE_CUES = ("reset", "until", "regain")
 _PART = re.compile(rf"({_AMOUNT})\s{{0,2}}({_UNIT})")
 _DATE = re.compile(
     r"(?:regain access on|resets? at|reset on|until)\s{1,3}"
@@ -186,7 +186,13 @@ def _relative(value: object) -> float | None:
 
 def _first(raw: str, cues: tuple[str, ...]) -> int:
     """Where the first of ``cues`` starts in ``raw``, or -1 when none is there."""
-    return min([at for cue in cues if (at := raw.find(cue)) >= 0], default=-1)
+    first = -1
+    for cue in cues:
+        if cue in raw:  # cheaper than find when absent, as most cues are
+            at = raw.find(cue)
+            if first < 0 or at < first:
+                first = at
+    return first
 
 
 def _phrase_reset(raw: str, now: datetime) -> float | None:
@@ -194,8 +200,10 @@ def _phrase_reset(raw: str, now: datetime) -> float | None:
 
     The phrases begin with one of a few words (:data:`_DELAY_CUES`, :data:`_DATE_CUES`),
     found by plain search; the regular expression starts from the first of them instead
-    of trying every position of the text.
+    of trying every position of the text, and does not run without one.
     """
+    if not raw:
+        return None
     if (start := _first(raw, _DELAY_CUES)) >= 0 and (match := _DELAY.search(raw, start)):
         total = 0.0
         for amount, unit in _PART.findall(match.group(1)):
