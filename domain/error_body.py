@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from functools import lru_cache
 from itertools import islice
 from typing import Any
 
@@ -52,8 +53,14 @@ _SKIP_KEYS = frozenset({"param", "request_id", "@type", "url", "user_id", "id", 
 _ABSOLUTE_KEYS = frozenset({"reset_at", "resets_at", "retry_until", "resetat", "reset_time"})
 _RELATIVE_KEYS = frozenset({"resets_in_seconds", "retry_after", "retry_after_seconds",
                             "retrydelay", "quotaresetdelay", "reset_seconds", "retry_in"})
-_RESET_KEYS = _ABSOLUTE_KEYS | _RELATIVE_KEYS
-_FIELD_KEYS = _RESET_KEYS | _CODE_KEYS
+#: Each key's role in the walk, by its lowercase name; the usual plain keys are listed
+#: (role ``""``) so that they are found without lowercasing them first.
+_ROLES: dict[str, str] = {
+    **dict.fromkeys(("message", "error", "details", "metadata", "raw", "object", "errors",
+                     "provider_name", "detail", "msg"), ""),
+    **dict.fromkeys(_SKIP_KEYS, "skip"), **dict.fromkeys(_CODE_KEYS, "code"),
+    **dict.fromkeys(_ABSOLUTE_KEYS, "absolute"), **dict.fromkeys(_RELATIVE_KEYS, "relative"),
+}
 _EPOCH_MS = 1e12
 
 _UNIT = (r"(?:milliseconds?|ms|minutes?|mins?|m|hours?|hrs?|h|seconds?|secs?|s)(?![a-z])")
@@ -137,6 +144,11 @@ class ErrorBody:
         reset, source = self.reset()
         return (f"ErrorBody(text={self.text!r}, codes={self.codes!r}, "
                 f"reset_seconds={reset!r}, reset_source={source!r})")
+
+
+#: Codes are short (at most 100 characters) and few distinct ones recur ("rate_limit_exceeded",
+#: "insufficient_quota"): their normal forms are kept, at most 256 (odd ones evict).
+_code = lru_cache(maxsize=256)(normalise)
 
 
 def _believable(seconds: float) -> float | None:
@@ -281,15 +293,20 @@ def _walk(
                 for key, value in pairs if len(node) <= MAX_NODES else islice(pairs, MAX_NODES):
                     if not isinstance(key, str):
                         continue
-                    low = key.lower()
-                    if low in _SKIP_KEYS:
-                        continue
-                    if low in _FIELD_KEYS:
-                        if low in _CODE_KEYS:
+                    role = _ROLES.get(key)
+                    if role is None:
+                        low = key.lower()
+                        role = _ROLES.get(low, "")
+                    else:
+                        low = key
+                    if role:
+                        if role == "skip":
+                            continue
+                        if role == "code":
                             if isinstance(value, str) and len(value) <= 100:
                                 codes.append(value)
                         elif reset is None:
-                            reset = (_absolute(value, now) if low in _ABSOLUTE_KEYS
+                            reset = (_absolute(value, now) if role == "absolute"
                                      else _relative(value))
                             source = "" if reset is None else f"body field {low}"
                     children.append(value)
@@ -329,10 +346,6 @@ def read_error_body(body: object, now: datetime) -> ErrorBody:
         except RecursionError:  # a hostile, deeply nested pre-decoded value
             pass
         raw = "\n".join(strings)[:MAX_TEXT_CHARS]
-    return ErrorBody(
-        text=normalise(raw),
-        codes=tuple(dict.fromkeys(filter(None, map(normalise, codes)))) if codes else (),
-        reset_seconds=reset,
-        reset_source=source,
-        phrases_of=(raw, now),
-    )
+    return ErrorBody(normalise(raw),
+                     tuple(dict.fromkeys(filter(None, map(_code, codes)))) if codes else (),
+                     reset, source, phrases_of=(raw, now))
