@@ -4,8 +4,10 @@ The body is untrusted: it may be huge, HTML, truncated JSON, an SSE stream whose
 event is the error, or already decoded JSON. :func:`read_error_body` never raises and
 looks at a bounded part of it: the first :data:`MAX_BODY_BYTES` bytes, at most
 :data:`MAX_NODES` JSON nodes :data:`MAX_DEPTH` deep, and :data:`MAX_TEXT_CHARS` characters
-of text. Every regular expression here has bounded repetitions and a literal prefix, so
-matching stays linear on hostile input.
+of text, with no regular expression (the resets' readers, in
+:mod:`sessionwarden.domain.error_resets`, keep theirs bounded), so it stays linear on
+hostile input. It runs on every failed call: the walk keeps plain locals and one stack of
+the containers being read, and a reset stated in words is read on first use only.
 
 What it extracts, for every wire's error shape (OpenAI ``{"error": {message, type, code,
 param}}``, Anthropic ``{"type": "error", "error": {type, message}}``, Gemini ``{"error":
@@ -20,21 +22,19 @@ param}}``, Anthropic ``{"type": "error", "error": {type, message}}``, Gemini ``{
   ISO 8601, HTTP-date; values ≤ 0 ignored), ``resets_in_seconds | retry_after |
   retryDelay | quotaResetDelay`` (seconds or a duration such as ``"22s"``), then phrases:
   ``quotaResetDelay 500ms``, ``retry after 30 seconds``, ``try again in 1m30s``,
-  ``resets in 2hr 5min``, ``regain access on 2025-08-01 at 00:00 UTC``.
+  ``resets in 2hr 5min``, ``regain access on 2025-08-01 at 00:00 UTC`` (the first field
+  the walk meets wins; the phrases are read only when no field says).
 """
 
-import math
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from functools import lru_cache
 from itertools import islice
 from typing import Any
 
 import msgspec
 from sessionwarden.domain.error_patterns import normalise
-from sessionwarden.domain.ratelimits import MAX_RESET_SECONDS, parse_duration
+from sessionwarden.domain.error_resets import absolute_reset, phrase_reset, relative_reset
 
 __all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_NODES", "MAX_TEXT_CHARS", "ErrorBody",
            "read_error_body"]
@@ -61,24 +61,6 @@ _ROLES: dict[str, str] = {
     **dict.fromkeys(_SKIP_KEYS, "skip"), **dict.fromkeys(_CODE_KEYS, "code"),
     **dict.fromkeys(_ABSOLUTE_KEYS, "absolute"), **dict.fromkeys(_RELATIVE_KEYS, "relative"),
 }
-_EPOCH_MS = 1e12
-
-_UNIT = (r"(?:milliseconds?|ms|minutes?|mins?|m|hours?|hrs?|h|seconds?|secs?|s)(?![a-z])")
-_AMOUNT = r"\d{1,9}(?:\.\d{1,9})?"
-_DELAY = re.compile(
-    r"(?:quotaresetdelay|resets? in|try again in|retry in|retry after|please wait)"
-    rf"[\s:=\"']{{0,4}}((?:{_AMOUNT}\s{{0,2}}{_UNIT}[\s,]{{0,3}}(?:and\s{{1,3}})?){{1,4}})"
-)
-#: Every match of ``_DELAY`` (of ``_DATE``) begins with one of these words: the first of
-#: them found in a text is where a search for the phrase may start.
-_DELAY_CUES = ("reset", "retry ", "try again", "please wait", "quota")
-_DATE_CUES = ("reset", "until", "regain")
-_PART = re.compile(rf"({_AMOUNT})\s{{0,2}}({_UNIT})")
-_DATE = re.compile(
-    r"(?:regain access on|resets? at|reset on|until)\s{1,3}"
-    r"(\d{4})-(\d{2})-(\d{2})(?:(?:t|\s{1,3}at\s{1,3}|\s)(\d{2}):(\d{2})(?::(\d{2}))?)?"
-)
-_UNIT_SECONDS = {"ms": 1e-3, "m": 60.0, "h": 3600.0, "s": 1.0}
 
 
 class ErrorBody:
@@ -115,7 +97,7 @@ class ErrorBody:
         """``(reset_seconds, reset_source)``, reading the text's phrases the first time."""
         pending = self._phrases
         if pending is not None:
-            seconds = _phrase_reset(pending[0].lower(), pending[1])
+            seconds = phrase_reset(pending[0].lower(), pending[1])
             if seconds is not None:
                 self._reset = (seconds, "body phrase")
             self._phrases = None
@@ -149,89 +131,6 @@ class ErrorBody:
 #: Codes are short (at most 100 characters) and few distinct ones recur ("rate_limit_exceeded",
 #: "insufficient_quota"): their normal forms are kept, at most 256 (odd ones evict).
 _code = lru_cache(maxsize=256)(normalise)
-
-
-def _believable(seconds: float) -> float | None:
-    if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_RESET_SECONDS:
-        return None
-    return seconds
-
-
-def _absolute(value: object, now: datetime) -> float | None:
-    """An epoch (s or ms), ISO 8601 or HTTP-date moment as seconds from ``now``."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        epoch = float(value) / 1000.0 if value > _EPOCH_MS else float(value)
-        return _believable(epoch - now.timestamp()) if epoch > 0 else None
-    if not isinstance(value, str) or len(value) > 64:
-        return None
-    text = value.strip()
-    try:
-        return _absolute(float(text), now)
-    except ValueError:
-        pass
-    moment: datetime | None = None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        try:
-            moment = parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return _believable((moment - now).total_seconds())
-
-
-def _relative(value: object) -> float | None:
-    """Seconds as a number or a duration string (``"22s"``, ``"1m30s"``, ``"500ms"``)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return _believable(float(value))
-    if isinstance(value, str) and len(value) <= 64:
-        seconds = parse_duration(value.strip().lower())
-        return _believable(seconds) if seconds is not None else None
-    return None
-
-
-def _first(raw: str, cues: tuple[str, ...]) -> int:
-    """Where the first of ``cues`` starts in ``raw``, or -1 when none is there."""
-    first = -1
-    for cue in cues:
-        if cue in raw:  # cheaper than find when absent, as most cues are
-            at = raw.find(cue)
-            if first < 0 or at < first:
-                first = at
-    return first
-
-
-def _phrase_reset(raw: str, now: datetime) -> float | None:
-    """A reset stated in words: a delay phrase, or a date to regain access.
-
-    The phrases begin with one of a few words (:data:`_DELAY_CUES`, :data:`_DATE_CUES`),
-    found by plain search; the regular expression starts from the first of them instead
-    of trying every position of the text, and does not run without one.
-    """
-    if not raw:
-        return None
-    if (start := _first(raw, _DELAY_CUES)) >= 0 and (match := _DELAY.search(raw, start)):
-        total = 0.0
-        for amount, unit in _PART.findall(match.group(1)):
-            key = "ms" if unit.startswith("millis") or unit == "ms" else unit[0]
-            total += float(amount) * _UNIT_SECONDS[key]
-        if (seconds := _believable(total)) is not None:
-            return seconds
-    if (start := _first(raw, _DATE_CUES)) >= 0 and (match := _DATE.search(raw, start)):
-        year, month, day, hour, minute, second = match.groups()
-        try:
-            moment = datetime(int(year), int(month), int(day), int(hour or 0),
-                              int(minute or 0), int(second or 0), tzinfo=UTC)
-        except ValueError:
-            return None
-        return _believable((moment - now).total_seconds())
-    return None
 
 
 def _decode(body: bytes | str) -> Any:
@@ -306,8 +205,8 @@ def _walk(
                             if isinstance(value, str) and len(value) <= 100:
                                 codes.append(value)
                         elif reset is None:
-                            reset = (_absolute(value, now) if role == "absolute"
-                                     else _relative(value))
+                            reset = (absolute_reset(value, now) if role == "absolute"
+                                     else relative_reset(value))
                             source = "" if reset is None else f"body field {low}"
                     children.append(value)
                 stack.append((iter(children), depth + 1))

@@ -14,7 +14,12 @@ Understood headers (names lowercase; reliability-and-security.md §6.2):
 
 Bucket names are the header's bucket part with ``-`` replaced by ``_``
 (``"input_tokens"``). A malformed value is skipped — never raised, never guessed: an
-odd header must not stop failover. Resets in the past read as 0 seconds.
+odd header must not stop failover. Resets in the past read as 0 seconds. The values are
+read by :mod:`sessionwarden.domain.ratelimit_values`.
+
+Every call pays :func:`parse_rate_limits` (the rate guard reads each response's
+headers), so a header name is read once: the few names providers send are kept, at most
+256 of them (a stream of odd names evicts, it does not grow the cache).
 
 **What is worth recording** (:func:`worth_recording`). A bucket that merely counts down
 is not news: writing it on every call would double a call's record for nothing. A
@@ -24,15 +29,21 @@ of the limit falls into another band (:data:`BANDS`: above half, a quarter, a te
 below). The first snapshot of a key is always recorded.
 """
 
-import math
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
 import msgspec
+from sessionwarden.domain.ratelimit_values import (
+    MAX_RESET_SECONDS,
+    aware,
+    parse_duration,
+    parse_retry_after,
+    parse_retry_after_ms,
+    parse_timestamp,
+)
 from sessionwarden.events import RateLimitBucketSeen
 
 __all__ = [
@@ -49,18 +60,7 @@ __all__ = [
 
 _OPENAI = re.compile(r"x-ratelimit-(limit|remaining|reset)-([a-z0-9][a-z0-9-]{0,40})")
 _ANTHROPIC = re.compile(r"anthropic-ratelimit-([a-z0-9][a-z0-9-]{0,40})-(limit|remaining|reset)")
-_GO_PART = re.compile(r"(\d{1,12}(?:\.\d{1,9})?)(h|ms|m|s|us|µs|ns)")
-# the shape providers send ("20ms", "1.4s", "6m0s", "2h0m0s"), read by one match
-_GO_SHORT = re.compile(r"(?:(\d{1,12})h)?(?:(\d{1,12})m)?(\d{1,12}(?:\.\d{1,9})?)(ms|s)")
-_GO_DURATION = re.compile(r"(?:\d{1,12}(?:\.\d{1,9})?(?:h|ms|m|s|us|µs|ns)){1,8}")
-_NUMBER = re.compile(r"\d{1,12}(?:\.\d{1,9})?")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-
-#: Longer waits than this are treated as malformed rather than believed.
-MAX_RESET_SECONDS = 366 * 24 * 3600.0
 _MAX_BUCKETS = 16
-_MAX_VALUE_LENGTH = 64
-_EPOCH_MIN = 1_000_000_000  # a bare number this large in an Anthropic reset is an epoch
 
 
 class RateLimitBucket(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,92 +108,6 @@ class RateLimitSnapshot(msgspec.Struct, frozen=True, kw_only=True):
         return None
 
 
-def _seconds(value: float) -> float | None:
-    """Accept a finite, non-negative, believable number of seconds."""
-    if not math.isfinite(value) or value < 0 or value > MAX_RESET_SECONDS:
-        return None
-    return value
-
-
-def _is_number(text: str) -> bool:
-    """Whether ``text`` is digits with an optional fraction (``_NUMBER``), cheaply.
-
-    ``str.isdecimal`` is exactly the regex's ``\\d`` (Unicode category Nd), so digits
-    alone need no regex; only a text with a dot that ends with a digit runs it.
-    """
-    if text.isdecimal():
-        return len(text) <= 12
-    return "." in text and text[-1].isdecimal() and _NUMBER.fullmatch(text) is not None
-
-
-def parse_duration(text: str) -> float | None:
-    """Parse a Go-style duration (``"6m0s"``, ``"20ms"``, ``"0.5s"``) or bare seconds.
-
-    Returns None for anything else, including negative or absurdly long durations.
-    """
-    text = text.strip()
-    if len(text) > _MAX_VALUE_LENGTH:
-        return None
-    if _is_number(text):
-        return _seconds(float(text))
-    # A duration splits into its parts one way only (digits, then a unit), so the
-    # common shape's match gives the parts, in order, that the general reading does.
-    if match := _GO_SHORT.fullmatch(text):
-        hours, minutes, amount, unit = match.groups()
-        parts = [float(amount) * _UNIT_SECONDS[unit]]
-        if minutes is not None:
-            parts.insert(0, float(minutes) * _UNIT_SECONDS["m"])
-        if hours is not None:
-            parts.insert(0, float(hours) * _UNIT_SECONDS["h"])
-        return _seconds(sum(parts))
-    if not _GO_DURATION.fullmatch(text):
-        return None
-    total = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _GO_PART.findall(text))
-    return _seconds(total)
-
-
-def _aware(now: datetime) -> datetime:
-    return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
-
-
-def _until(moment: datetime, now: datetime) -> float | None:
-    """Seconds from ``now`` until ``moment`` (0 if already past); None if naive/absurd."""
-    if moment.tzinfo is None:
-        return None
-    return _seconds(max(0.0, (moment - now).total_seconds()))
-
-
-def _parse_timestamp(text: str, now: datetime) -> float | None:
-    """An RFC 3339 timestamp (or Unix epoch seconds) as seconds from ``now``."""
-    text = text.strip()
-    if len(text) > _MAX_VALUE_LENGTH:
-        return None
-    if _is_number(text):
-        epoch = float(text)
-        if epoch < _EPOCH_MIN:
-            return None
-        return _seconds(max(0.0, epoch - now.timestamp()))
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return _until(moment, now)
-
-
-def _parse_retry_after(text: str, now: datetime) -> float | None:
-    """``retry-after``: delay-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
-    text = text.strip()
-    if len(text) > _MAX_VALUE_LENGTH:
-        return None
-    if _is_number(text):
-        return _seconds(float(text))
-    try:
-        moment = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    return _until(moment, now)
-
-
 #: What a header's value is read as, and where it goes: a bucket's count, its reset as
 #: a Go duration (OpenAI) or a moment (Anthropic), or one of the two retry-after headers.
 _SLOTS = {"limit": 0, "remaining": 1, "reset": 2}
@@ -230,7 +144,7 @@ def parse_rate_limits(headers: Mapping[str, str], now: datetime) -> RateLimitSna
     Returns:
         The snapshot; malformed values are simply absent from it. Never raises.
     """
-    now = _aware(now)
+    now = aware(now)
     fields: dict[str, list[Any]] = {}  # a bucket's [limit, remaining, reset]
     retry_after: float | None = None
     retry_after_ms: float | None = None
@@ -247,14 +161,12 @@ def parse_rate_limits(headers: Mapping[str, str], now: datetime) -> RateLimitSna
         elif reading == "duration":
             parsed = parse_duration(value)
         elif reading == "moment":
-            parsed = _parse_timestamp(value, now)
+            parsed = parse_timestamp(value, now)
         elif reading == "retry-after":
-            retry_after = _parse_retry_after(value, now)
+            retry_after = parse_retry_after(value, now)
             continue
         elif reading == "retry-after-ms":
-            millis = value.strip()
-            if len(millis) <= _MAX_VALUE_LENGTH and _is_number(millis):
-                retry_after_ms = _seconds(float(millis) / 1000.0)
+            retry_after_ms = parse_retry_after_ms(value)
             continue
         else:
             continue

@@ -12,7 +12,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sessionwarden.domain import error_body
+from sessionwarden.domain import error_body, error_resets
 from sessionwarden.domain.error_body import MAX_DEPTH, MAX_NODES, MAX_TEXT_CHARS, read_error_body
 
 NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
@@ -84,22 +84,22 @@ def test_the_walk_stops_where_the_one_stack_walk_stopped() -> None:
 def reference_phrase_reset(raw: str) -> float | None:
     """The phrase reset as read by searching the whole text."""
     seconds: float | None = None
-    if match := error_body._DELAY.search(raw):
+    if match := error_resets._DELAY.search(raw):
         total = 0.0
-        for amount, unit in error_body._PART.findall(match.group(1)):
+        for amount, unit in error_resets._PART.findall(match.group(1)):
             key = "ms" if unit.startswith("millis") or unit == "ms" else unit[0]
-            total += float(amount) * error_body._UNIT_SECONDS[key]
-        seconds = error_body._believable(total)
+            total += float(amount) * error_resets._UNIT_SECONDS[key]
+        seconds = error_resets._believable(total)
         if seconds is not None:
             return seconds
-    if match := error_body._DATE.search(raw):
+    if match := error_resets._DATE.search(raw):
         year, month, day, hour, minute, second = match.groups()
         try:
             moment = datetime(int(year), int(month), int(day), int(hour or 0),
                               int(minute or 0), int(second or 0), tzinfo=UTC)
         except ValueError:
             return None
-        return error_body._believable((moment - NOW).total_seconds())
+        return error_resets._believable((moment - NOW).total_seconds())
     return None
 
 
@@ -113,19 +113,19 @@ _WORDS = st.sampled_from([
 @given(st.lists(_WORDS, max_size=12), st.sampled_from([" ", "", "  "]))
 def test_phrase_resets_read_as_the_whole_text_search(words: list[str], sep: str) -> None:
     raw = sep.join(words)
-    assert error_body._phrase_reset(raw, NOW) == reference_phrase_reset(raw), raw
+    assert error_resets.phrase_reset(raw, NOW) == reference_phrase_reset(raw), raw
 
 
 def test_first_cue() -> None:
-    assert error_body._first("", ("reset",)) == -1
-    assert error_body._first("please retry after a reset", error_body._DELAY_CUES) == 7
-    assert error_body._first("reset until", error_body._DATE_CUES) == 0
+    assert error_resets.first_cue("", ("reset",)) == -1
+    assert error_resets.first_cue("please retry after a reset", error_resets.DELAY_CUES) == 7
+    assert error_resets.first_cue("reset until", error_resets.DATE_CUES) == 0
 
 
 def test_every_phrase_begins_with_a_cue() -> None:
     # _phrase_reset starts its search at the first cue: each alternative must begin with one
-    for pattern, cues in ((error_body._DELAY, error_body._DELAY_CUES),
-                          (error_body._DATE, error_body._DATE_CUES)):
+    for pattern, cues in ((error_resets._DELAY, error_resets.DELAY_CUES),
+                          (error_resets._DATE, error_resets.DATE_CUES)):
         alternatives = pattern.pattern[3:pattern.pattern.index(")")].split("|")
         for alternative in alternatives:
             assert alternative.replace("s? ", "s ").startswith(cues), alternative

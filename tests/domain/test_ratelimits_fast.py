@@ -9,7 +9,7 @@ import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sessionwarden.domain import ratelimits
+from sessionwarden.domain import ratelimit_values, ratelimits
 from sessionwarden.domain.ratelimits import parse_duration
 
 _NUMBER = re.compile(r"\d{1,12}(?:\.\d{1,9})?")
@@ -31,7 +31,7 @@ def reference_duration(text: str) -> float | None:
         seconds = sum(float(n) * _UNITS[unit] for n, unit in _GO_PART.findall(text))
     else:
         return None
-    return seconds if 0 <= seconds <= ratelimits.MAX_RESET_SECONDS else None
+    return seconds if 0 <= seconds <= ratelimit_values.MAX_RESET_SECONDS else None
 
 
 _DIGITS = st.text(alphabet="0123456789٣１²", min_size=0, max_size=14)
@@ -55,7 +55,7 @@ def test_the_common_shapes_and_their_edges() -> None:
 
 @given(st.text(alphabet="0123456789.٣１² a", max_size=16))
 def test_is_number_is_the_number_pattern(text: str) -> None:
-    assert ratelimits._is_number(text) == bool(_NUMBER.fullmatch(text))
+    assert ratelimit_values.is_number(text) == bool(_NUMBER.fullmatch(text))
 
 
 _NAMES = st.one_of(
