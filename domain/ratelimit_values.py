@@ -60,10 +60,9 @@ def parse_duration(text: str) -> float | None:
     text = text.strip()
     if len(text) > _MAX_VALUE_LENGTH:
         return None
-    if is_number(text):
-        return _seconds(float(text))
     # A duration splits into its parts one way only (digits, then a unit), so the
-    # common shape's match gives the parts, in order, that the general reading does.
+    # common shape's match gives the parts, in order, that the general reading does;
+    # it ends with a unit, so it is never also a bare number (tried first or not).
     if match := _GO_SHORT.fullmatch(text):
         hours, minutes, amount, unit = match.groups()
         parts = [float(amount) * _UNIT_SECONDS[unit]]
@@ -72,6 +71,8 @@ def parse_duration(text: str) -> float | None:
         if hours is not None:
             parts.insert(0, float(hours) * _UNIT_SECONDS["h"])
         return _seconds(sum(parts))
+    if is_number(text):
+        return _seconds(float(text))
     if not _GO_DURATION.fullmatch(text):
         return None
     total = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _GO_PART.findall(text))
