@@ -1,6 +1,7 @@
 """Keys and limits: what choosing a key and classifying an error cost, and a fast refusal.
 
-Run ``.venv/bin/python bench/keys.py [--calls N] [--rounds R]``. Two parts, one run:
+Run ``.venv/bin/python bench/keys.py [--calls N] [--rounds R] [--in-process]``
+(``--in-process``: part 1 only, no daemon). Three parts, one run:
 
 1. In-process, medians of ``--rounds`` rounds of many iterations, in µs per call:
    * ``select``: what every call pays in the pool: the breaker's decision and the usable
@@ -9,7 +10,11 @@ Run ``.venv/bin/python bench/keys.py [--calls N] [--rounds R]``. Two parts, one 
    * ``classify``: what a *failed* call pays on top: ``domain.classifier.classify`` of a
      real OpenAI 429 (headers and body) and its mapping to the key's failure;
    * baseline: ``parse_rate_limits`` of an OpenAI success's headers, which every call
-     already pays in the rate guard.
+     already pays in the rate guard; and of the 429's four headers (part of classify);
+   * the ceiling of classify: the least any classifier must do with that 429 — decode
+     the body (msgspec), lowercase its message, scan one phrase list (content policy,
+     the first rule), read the four headers' values (names by prefix, numbers and the
+     one duration) — with no walk, no normalising, no rules and no result.
 2. Through a real daemon (subprocess) against the fake upstream, client p50 in ms of
    ``--calls`` plain calls, then of as many calls refused because every key is benched
    (one call answered 429 "2 h" by the upstream benched both keys): a refusal must cost
@@ -36,16 +41,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
 from proxy import TOKEN, Proc, start_daemon, start_fake
 from sessionwarden.actors.key_health import ProviderHealth
 from sessionwarden.domain.classifier import classify
+from sessionwarden.domain.error_patterns import DEFAULT_PATTERNS
 from sessionwarden.domain.failover import key_failure
 from sessionwarden.domain.key_states import KeyFailure
 from sessionwarden.domain.pool import KeyState, Pool
-from sessionwarden.domain.ratelimits import parse_rate_limits
+from sessionwarden.domain.ratelimits import parse_duration, parse_rate_limits
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 OK_HEADERS = {"x-ratelimit-limit-requests": "10000", "x-ratelimit-remaining-requests": "9999",
@@ -90,13 +97,28 @@ def in_process(rounds: int) -> None:
         found = classify(429, LIMIT_HEADERS, LIMIT_BODY, now=NOW, provider="bench")
         key_failure(found, 429, NOW)
 
+    def ceiling() -> None:
+        decoded = msgspec.json.decode(LIMIT_BODY)
+        text = decoded["error"]["message"].lower()
+        for phrase in DEFAULT_PATTERNS.content_policy:
+            if phrase in text:
+                break
+        for name, value in LIMIT_HEADERS.items():
+            if name.startswith(("x-ratelimit-", "retry-after")):
+                int(value) if value.isdecimal() else parse_duration(value)
+
     base = per_call(lambda: parse_rate_limits(OK_HEADERS, NOW), 20_000, rounds)
+    limit = per_call(lambda: parse_rate_limits(LIMIT_HEADERS, NOW), 20_000, rounds)
     sel = per_call(select, 20_000, rounds)
     cls = per_call(judge, 5_000, rounds)
+    floor = per_call(ceiling, 20_000, rounds)
     print(f"in-process, µs per call (median of {rounds} rounds):")
     print(f"  baseline parse_rate_limits (every call)  {base:8.2f}")
+    print(f"  parse_rate_limits, the 429's 4 headers   {limit:8.2f}")
     print(f"  select a key (every call)                {sel:8.2f}  = {sel / base:.2f}x baseline")
     print(f"  classify a 429 (failed calls only)       {cls:8.2f}  = {cls / base:.2f}x baseline")
+    print(f"  ceiling: the least a classify must do    {floor:8.2f}  (classify is "
+          f"{cls / floor:.2f}x it)")
     print(f"  select + classify                        {sel + cls:8.2f}")
 
 
@@ -181,8 +203,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=500, help="calls per kind (part 2)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds (part 1)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="part 1 only (no daemon, no fake upstream)")
     args = parser.parse_args()
     in_process(args.rounds)
+    if args.in_process:
+        return
     through_daemon(args.calls)
     failover(args.calls)
 

@@ -85,4 +85,4 @@ class Classification(msgspec.Struct, frozen=True, kw_only=True):
         """The moment the reset passes, counted from ``now``; None when unknown."""
         if self.reset_seconds is None:
             return None
-        return now + timedelta(seconds=self.reset_seconds)
+        return now + timedelta(0, self.reset_seconds)

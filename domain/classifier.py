@@ -145,7 +145,7 @@ def classify(
     if transport is not None and code == 0:
         return Classification(error_class="timeout", recovery="retry",
                               reason=f"transport failure: {transport}")
-    safe_headers = headers if isinstance(headers, Mapping) else {}
+    safe_headers = headers if type(headers) is dict or isinstance(headers, Mapping) else {}
     facts = Facts(
         status=code,
         patterns=book.for_provider(provider),

@@ -45,9 +45,14 @@ class Facts(msgspec.Struct, frozen=True, kw_only=True):
 
     def code(self, name: str) -> str:
         """The first body code that is in list ``name``, else ``""``."""
+        codes = self.body.codes
+        if not codes:
+            return ""
         wanted: tuple[str, ...] = getattr(self.patterns, name)
-        found: str = next((code for code in self.body.codes if code in wanted), "")
-        return found
+        for code in codes:
+            if code in wanted:
+                return code
+        return ""
 
     def where(self) -> str:
         """The status for a reason text (``"429"``, ``"no status"``)."""
@@ -90,27 +95,29 @@ def billing(facts: Facts, rule: str) -> Classification:
                           reason=f"{facts.where()}: billing {rule}")
 
 
-def _bucket_reset(bucket: RateLimitBucket, age: float) -> float | None:
-    if bucket.reset_seconds is None:
-        return None
-    return bucket.reset_seconds - age
-
-
 def _exhausted(facts: Facts) -> tuple[RateLimitBucket, float, str] | None:
-    """The exhausted bucket with the longest reset ≥ 60 s, from headers or known state."""
+    """The exhausted bucket with the longest reset ≥ 60 s, from headers or known state.
+
+    The headers' buckets first, then the known state's (their age subtracted); a later
+    bucket wins only with a strictly longer reset.
+    """
     best: tuple[RateLimitBucket, float, str] | None = None
-    sources = [(facts.snapshot, 0.0, "header")]
+    for bucket in facts.snapshot.buckets:
+        reset = bucket.reset_seconds
+        if reset is not None and reset >= GENUINE_MIN_RESET and bucket.exhausted and (
+            best is None or reset > best[1]
+        ):
+            best = (bucket, reset, "header")
     if facts.last_known is not None:
-        sources.append((facts.last_known, facts.last_known_age, "last known"))
-    for snapshot, age, origin in sources:
-        for bucket in snapshot.buckets:
-            if origin == "last known" and not bucket.limit:
+        age = facts.last_known_age
+        for bucket in facts.last_known.buckets:
+            if not bucket.limit or bucket.reset_seconds is None:
                 continue  # §5: only buckets with a limit > 0 count from the known state
-            reset = _bucket_reset(bucket, age)
-            if bucket.exhausted and reset is not None and reset >= GENUINE_MIN_RESET and (
+            reset = bucket.reset_seconds - age
+            if reset >= GENUINE_MIN_RESET and bucket.exhausted and (
                 best is None or reset > best[1]
             ):
-                best = (bucket, reset, origin)
+                best = (bucket, reset, "last known")
     return best
 
 
@@ -131,9 +138,7 @@ def _reset(facts: Facts, bucket_names: tuple[str, ...]) -> tuple[float | None, s
             return bucket.reset_seconds, f"header {name} reset"
     if facts.snapshot.retry_after_seconds is not None:
         return facts.snapshot.retry_after_seconds, "retry-after"
-    if facts.body.reset_seconds is not None:
-        return facts.body.reset_seconds, facts.body.reset_source
-    return None, ""
+    return facts.body.reset()
 
 
 def rate_limit(facts: Facts, rule: str, long_reset: bool = False) -> Classification:
@@ -150,7 +155,7 @@ def rate_limit(facts: Facts, rule: str, long_reset: bool = False) -> Classificat
                               reset_seconds=reset, reset_source=source,
                               reason=f"{where}: upstream rate limit '{phrase}'")
     out = _exhausted(facts)
-    daily = facts.has("genuine_limit")
+    daily = facts.has("genuine_limit") if out is None else ""  # only the reason reads it
     if out is not None or daily or long_reset:
         if out is not None:
             bucket, reset_at, origin = out
@@ -183,7 +188,7 @@ def transient_signal(facts: Facts) -> str:
     """What says a usage cap will lift soon (a phrase, a stated reset), else ``""``."""
     if phrase := facts.has("transient_signals"):
         return f"'{phrase}'"
-    if facts.body.reset_seconds is not None or facts.snapshot.retry_after_seconds is not None:
+    if facts.body.reset()[0] is not None or facts.snapshot.retry_after_seconds is not None:
         return "a stated reset"
     if any(b.reset_seconds is not None for b in facts.snapshot.buckets):
         return "a reset header"

@@ -4,8 +4,10 @@ The body is untrusted: it may be huge, HTML, truncated JSON, an SSE stream whose
 event is the error, or already decoded JSON. :func:`read_error_body` never raises and
 looks at a bounded part of it: the first :data:`MAX_BODY_BYTES` bytes, at most
 :data:`MAX_NODES` JSON nodes :data:`MAX_DEPTH` deep, and :data:`MAX_TEXT_CHARS` characters
-of text. Every regular expression here has bounded repetitions and a literal prefix, so
-matching stays linear on hostile input.
+of text, with no regular expression (the resets' readers, in
+:mod:`sessionwarden.domain.error_resets`, keep theirs bounded), so it stays linear on
+hostile input. It runs on every failed call: the walk keeps plain locals and one stack of
+the containers being read, and a reset stated in words is read on first use only.
 
 What it extracts, for every wire's error shape (OpenAI ``{"error": {message, type, code,
 param}}``, Anthropic ``{"type": "error", "error": {type, message}}``, Gemini ``{"error":
@@ -20,19 +22,19 @@ param}}``, Anthropic ``{"type": "error", "error": {type, message}}``, Gemini ``{
   ISO 8601, HTTP-date; values ≤ 0 ignored), ``resets_in_seconds | retry_after |
   retryDelay | quotaResetDelay`` (seconds or a duration such as ``"22s"``), then phrases:
   ``quotaResetDelay 500ms``, ``retry after 30 seconds``, ``try again in 1m30s``,
-  ``resets in 2hr 5min``, ``regain access on 2025-08-01 at 00:00 UTC``.
+  ``resets in 2hr 5min``, ``regain access on 2025-08-01 at 00:00 UTC`` (the first field
+  the walk meets wins; the phrases are read only when no field says).
 """
 
-import math
-import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from functools import lru_cache
 from itertools import islice
 from typing import Any
 
 import msgspec
 from sessionwarden.domain.error_patterns import normalise
-from sessionwarden.domain.ratelimits import MAX_RESET_SECONDS, parse_duration
+from sessionwarden.domain.error_resets import absolute_reset, phrase_reset, relative_reset
 
 __all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_NODES", "MAX_TEXT_CHARS", "ErrorBody",
            "read_error_body"]
@@ -51,25 +53,17 @@ _SKIP_KEYS = frozenset({"param", "request_id", "@type", "url", "user_id", "id", 
 _ABSOLUTE_KEYS = frozenset({"reset_at", "resets_at", "retry_until", "resetat", "reset_time"})
 _RELATIVE_KEYS = frozenset({"resets_in_seconds", "retry_after", "retry_after_seconds",
                             "retrydelay", "quotaresetdelay", "reset_seconds", "retry_in"})
-_RESET_KEYS = _ABSOLUTE_KEYS | _RELATIVE_KEYS
-_FIELD_KEYS = _RESET_KEYS | _CODE_KEYS
-_EPOCH_MS = 1e12
-
-_UNIT = (r"(?:milliseconds?|ms|minutes?|mins?|m|hours?|hrs?|h|seconds?|secs?|s)(?![a-z])")
-_AMOUNT = r"\d{1,9}(?:\.\d{1,9})?"
-_DELAY = re.compile(
-    r"(?:quotaresetdelay|resets? in|try again in|retry in|retry after|please wait)"
-    rf"[\s:=\"']{{0,4}}((?:{_AMOUNT}\s{{0,2}}{_UNIT}[\s,]{{0,3}}(?:and\s{{1,3}})?){{1,4}})"
-)
-_PART = re.compile(rf"({_AMOUNT})\s{{0,2}}({_UNIT})")
-_DATE = re.compile(
-    r"(?:regain access on|resets? at|reset on|until)\s{1,3}"
-    r"(\d{4})-(\d{2})-(\d{2})(?:(?:t|\s{1,3}at\s{1,3}|\s)(\d{2}):(\d{2})(?::(\d{2}))?)?"
-)
-_UNIT_SECONDS = {"ms": 1e-3, "m": 60.0, "h": 3600.0, "s": 1.0}
+#: Each key's role in the walk, by its lowercase name; the usual plain keys are listed
+#: (role ``""``) so that they are found without lowercasing them first.
+_ROLES: dict[str, str] = {
+    **dict.fromkeys(("message", "error", "details", "metadata", "raw", "object", "errors",
+                     "provider_name", "detail", "msg"), ""),
+    **dict.fromkeys(_SKIP_KEYS, "skip"), **dict.fromkeys(_CODE_KEYS, "code"),
+    **dict.fromkeys(_ABSOLUTE_KEYS, "absolute"), **dict.fromkeys(_RELATIVE_KEYS, "relative"),
+}
 
 
-class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+class ErrorBody:
     """What an error body says, bounded and normalised.
 
     Attributes:
@@ -78,77 +72,65 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
         reset_seconds: a reset the body states, in seconds from now, or None.
         reset_source: where that reset came from (``"body field reset_at"``, ``"body
             phrase"``), ``""`` when none.
+
+    A reset stated in words is read on first use (:meth:`reset`): it takes regular
+    expressions over the text, and most classifications find their reset in the headers
+    first. The value is the same whenever it is read; immutable in every other way.
     """
 
-    text: str = ""
-    codes: tuple[str, ...] = ()
-    reset_seconds: float | None = None
-    reset_source: str = ""
+    __slots__ = ("_phrases", "_reset", "codes", "text")
+
+    def __init__(self, text: str = "", codes: tuple[str, ...] = (),
+                 reset_seconds: float | None = None, reset_source: str = "", *,
+                 phrases_of: tuple[str, datetime] | None = None) -> None:
+        """Hold what was read.
+
+        ``phrases_of``: the raw text and ``now`` a phrase reset is read from, on first
+        use, when ``reset_seconds`` is None.
+        """
+        self.text = text
+        self.codes = codes
+        self._reset = (reset_seconds, reset_source)
+        self._phrases = phrases_of if reset_seconds is None else None
+
+    def reset(self) -> tuple[float | None, str]:
+        """``(reset_seconds, reset_source)``, reading the text's phrases the first time."""
+        pending = self._phrases
+        if pending is not None:
+            seconds = phrase_reset(pending[0].lower(), pending[1])
+            if seconds is not None:
+                self._reset = (seconds, "body phrase")
+            self._phrases = None
+        return self._reset
+
+    @property
+    def reset_seconds(self) -> float | None:
+        """A reset the body states, in seconds from now, or None."""
+        return self.reset()[0]
+
+    @property
+    def reset_source(self) -> str:
+        """Where :attr:`reset_seconds` came from, ``""`` when none."""
+        return self.reset()[1]
+
+    def _key(self) -> tuple[str, tuple[str, ...], tuple[float | None, str]]:
+        return self.text, self.codes, self.reset()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ErrorBody) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        reset, source = self.reset()
+        return (f"ErrorBody(text={self.text!r}, codes={self.codes!r}, "
+                f"reset_seconds={reset!r}, reset_source={source!r})")
 
 
-def _believable(seconds: float) -> float | None:
-    if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_RESET_SECONDS:
-        return None
-    return seconds
-
-
-def _absolute(value: object, now: datetime) -> float | None:
-    """An epoch (s or ms), ISO 8601 or HTTP-date moment as seconds from ``now``."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        epoch = float(value) / 1000.0 if value > _EPOCH_MS else float(value)
-        return _believable(epoch - now.timestamp()) if epoch > 0 else None
-    if not isinstance(value, str) or len(value) > 64:
-        return None
-    text = value.strip()
-    try:
-        return _absolute(float(text), now)
-    except ValueError:
-        pass
-    moment: datetime | None = None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        try:
-            moment = parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return _believable((moment - now).total_seconds())
-
-
-def _relative(value: object) -> float | None:
-    """Seconds as a number or a duration string (``"22s"``, ``"1m30s"``, ``"500ms"``)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return _believable(float(value))
-    if isinstance(value, str) and len(value) <= 64:
-        seconds = parse_duration(value.strip().lower())
-        return _believable(seconds) if seconds is not None else None
-    return None
-
-
-def _phrase_reset(raw: str, now: datetime) -> float | None:
-    """A reset stated in words: a delay phrase, or a date to regain access."""
-    if match := _DELAY.search(raw):
-        total = 0.0
-        for amount, unit in _PART.findall(match.group(1)):
-            key = "ms" if unit.startswith("millis") or unit == "ms" else unit[0]
-            total += float(amount) * _UNIT_SECONDS[key]
-        if (seconds := _believable(total)) is not None:
-            return seconds
-    if match := _DATE.search(raw):
-        year, month, day, hour, minute, second = match.groups()
-        try:
-            moment = datetime(int(year), int(month), int(day), int(hour or 0),
-                              int(minute or 0), int(second or 0), tzinfo=UTC)
-        except ValueError:
-            return None
-        return _believable((moment - now).total_seconds())
-    return None
+#: Codes are short (at most 100 characters) and few distinct ones recur ("rate_limit_exceeded",
+#: "insufficient_quota"): their normal forms are kept, at most 256 (odd ones evict).
+_code = lru_cache(maxsize=256)(normalise)
 
 
 def _decode(body: bytes | str) -> Any:
@@ -171,56 +153,70 @@ def _decode(body: bytes | str) -> Any:
         return None
 
 
-class _Walk:
-    """Collects strings, codes and reset fields from decoded JSON, within the bounds."""
+def _walk(
+    root: Any, now: datetime, strings: list[str], codes: list[str]
+) -> tuple[float | None, str]:
+    """Collect ``root``'s strings and raw codes; its first reset field, within the bounds.
 
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-        self.strings: list[str] = []
-        self.codes: list[str] = []
-        self.size = 0
-        self.reset: float | None = None
-        self.reset_source = ""
-
-    def field(self, low: str, value: object) -> None:
-        if self.reset is None and low in _RESET_KEYS:
-            seconds = _absolute(value, self.now) if low in _ABSOLUTE_KEYS else _relative(value)
-            if seconds is not None:
-                self.reset, self.reset_source = seconds, f"body field {low}"
-        if low in _CODE_KEYS and isinstance(value, str) and len(value) <= 100:
-            self.codes.append(normalise(value))
-
-    def run(self, root: Any) -> None:
-        stack: list[tuple[Any, int]] = [(root, 0)]
-        nodes = 0
-        while stack and nodes < MAX_NODES and self.size < MAX_TEXT_CHARS:
-            node, depth = stack.pop()
+    Depth first in document order (a string holding JSON is opened where it stands);
+    every visited node counts, the walk stops at :data:`MAX_NODES` nodes or
+    :data:`MAX_TEXT_CHARS` characters, and containers at :data:`MAX_DEPTH` are not
+    opened. It runs on every failed call, hence plain locals and one stack of the
+    containers being read (an iterator each), not of every node.
+    """
+    reset: float | None = None
+    source = ""
+    size = nodes = 0
+    stack: list[tuple[Iterator[Any], int]] = [(iter((root,)), 0)]
+    while stack:
+        items, depth = stack[-1]
+        for node in items:
+            if nodes >= MAX_NODES or size >= MAX_TEXT_CHARS:
+                return reset, source
             nodes += 1
             if isinstance(node, str):
-                piece = node[: MAX_TEXT_CHARS - self.size]
-                self.strings.append(piece)
-                self.size += len(piece) + 1
+                piece = node[: MAX_TEXT_CHARS - size]
+                strings.append(piece)
+                size += len(piece) + 1
                 # OpenRouter and some SDK wrappers carry the upstream error as JSON text
-                if depth < MAX_DEPTH and piece.lstrip().startswith("{"):
+                if depth < MAX_DEPTH and "{" in piece and piece.lstrip().startswith("{"):
                     inner = _decode(piece)
                     if inner is not None:
-                        stack.append((inner, depth + 1))
+                        stack.append((iter((inner,)), depth + 1))
+                        break
             elif depth >= MAX_DEPTH:
                 continue
             elif isinstance(node, dict):
                 children = []
-                for key, value in islice(node.items(), MAX_NODES):
+                pairs = node.items()
+                for key, value in pairs if len(node) <= MAX_NODES else islice(pairs, MAX_NODES):
                     if not isinstance(key, str):
                         continue
-                    low = key.lower()
-                    if low in _SKIP_KEYS:
-                        continue
-                    if low in _FIELD_KEYS:
-                        self.field(low, value)
-                    children.append((value, depth + 1))
-                stack.extend(reversed(children))
+                    role = _ROLES.get(key)
+                    if role is None:
+                        low = key.lower()
+                        role = _ROLES.get(low, "")
+                    else:
+                        low = key
+                    if role:
+                        if role == "skip":
+                            continue
+                        if role == "code":
+                            if isinstance(value, str) and len(value) <= 100:
+                                codes.append(value)
+                        elif reset is None:
+                            reset = (absolute_reset(value, now) if role == "absolute"
+                                     else relative_reset(value))
+                            source = "" if reset is None else f"body field {low}"
+                    children.append(value)
+                stack.append((iter(children), depth + 1))
+                break
             elif isinstance(node, (list, tuple)):
-                stack.extend((item, depth + 1) for item in reversed(node[:MAX_NODES]))
+                stack.append((iter(node[:MAX_NODES]), depth + 1))
+                break
+        else:
+            stack.pop()
+    return reset, source
 
 
 def read_error_body(body: object, now: datetime) -> ErrorBody:
@@ -239,19 +235,16 @@ def read_error_body(body: object, now: datetime) -> ErrorBody:
         if decoded is None:
             text = body if isinstance(body, str) else body.decode("utf-8", "replace")
             raw = text[:MAX_TEXT_CHARS]
-    walk = _Walk(now)
+    strings: list[str] = []
+    codes: list[str] = []
+    reset: float | None = None
+    source = ""
     if not raw and decoded is not None:
         try:
-            walk.run(decoded)
+            reset, source = _walk(decoded, now, strings, codes)
         except RecursionError:  # a hostile, deeply nested pre-decoded value
             pass
-        raw = "\n".join(walk.strings)[:MAX_TEXT_CHARS]
-    reset, source = walk.reset, walk.reset_source
-    if reset is None and (reset := _phrase_reset(raw.lower(), now)) is not None:
-        source = "body phrase"
-    return ErrorBody(
-        text=normalise(raw),
-        codes=tuple(dict.fromkeys(c for c in walk.codes if c)),
-        reset_seconds=reset,
-        reset_source=source,
-    )
+        raw = "\n".join(strings)[:MAX_TEXT_CHARS]
+    return ErrorBody(normalise(raw),
+                     tuple(dict.fromkeys(filter(None, map(_code, codes)))) if codes else (),
+                     reset, source, phrases_of=(raw, now))

@@ -46,7 +46,14 @@ _MAX_EXTRA_PER_LIST = 100
 
 def normalise(text: str) -> str:
     """Lowercase ``text``, read ``_`` and ``-`` as spaces and collapse whitespace runs."""
-    return " ".join(text.lower().replace("_", " ").replace("-", " ").split())
+    low = text.lower().replace("_", " ").replace("-", " ")
+    if low.isascii():
+        # Most error texts are ASCII with single spaces (and the newlines that join a
+        # body's strings): then splitting and joining would give back the same text.
+        flat = low.replace("\n", " ")
+        if flat.isprintable() and "  " not in flat and flat[:1] != " " and flat[-1:] != " ":
+            return flat
+    return " ".join(low.split())
 
 
 def _norm(phrases: Sequence[str]) -> tuple[str, ...]:

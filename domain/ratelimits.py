@@ -14,7 +14,12 @@ Understood headers (names lowercase; reliability-and-security.md §6.2):
 
 Bucket names are the header's bucket part with ``-`` replaced by ``_``
 (``"input_tokens"``). A malformed value is skipped — never raised, never guessed: an
-odd header must not stop failover. Resets in the past read as 0 seconds.
+odd header must not stop failover. Resets in the past read as 0 seconds. The values are
+read by :mod:`sessionwarden.domain.ratelimit_values`.
+
+Every call pays :func:`parse_rate_limits` (the rate guard reads each response's
+headers), so a header name is read once: the few names providers send are kept, at most
+256 of them (a stream of odd names evicts, it does not grow the cache).
 
 **What is worth recording** (:func:`worth_recording`). A bucket that merely counts down
 is not news: writing it on every call would double a call's record for nothing. A
@@ -24,13 +29,21 @@ of the limit falls into another band (:data:`BANDS`: above half, a quarter, a te
 below). The first snapshot of a key is always recorded.
 """
 
-import math
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
 
 import msgspec
+from sessionwarden.domain.ratelimit_values import (
+    MAX_RESET_SECONDS,
+    aware,
+    parse_duration,
+    parse_retry_after,
+    parse_retry_after_ms,
+    parse_timestamp,
+)
 from sessionwarden.events import RateLimitBucketSeen
 
 __all__ = [
@@ -47,17 +60,7 @@ __all__ = [
 
 _OPENAI = re.compile(r"x-ratelimit-(limit|remaining|reset)-([a-z0-9][a-z0-9-]{0,40})")
 _ANTHROPIC = re.compile(r"anthropic-ratelimit-([a-z0-9][a-z0-9-]{0,40})-(limit|remaining|reset)")
-_GO_PART = re.compile(r"(\d{1,12}(?:\.\d{1,9})?)(h|ms|m|s|us|µs|ns)")
-_GO_DURATION = re.compile(r"(?:\d{1,12}(?:\.\d{1,9})?(?:h|ms|m|s|us|µs|ns)){1,8}")
-_NUMBER = re.compile(r"\d{1,12}(?:\.\d{1,9})?")
-_INTEGER = re.compile(r"\d{1,15}")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-
-#: Longer waits than this are treated as malformed rather than believed.
-MAX_RESET_SECONDS = 366 * 24 * 3600.0
 _MAX_BUCKETS = 16
-_MAX_VALUE_LENGTH = 64
-_EPOCH_MIN = 1_000_000_000  # a bare number this large in an Anthropic reset is an epoch
 
 
 class RateLimitBucket(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,74 +108,30 @@ class RateLimitSnapshot(msgspec.Struct, frozen=True, kw_only=True):
         return None
 
 
-def _seconds(value: float) -> float | None:
-    """Accept a finite, non-negative, believable number of seconds."""
-    if not math.isfinite(value) or value < 0 or value > MAX_RESET_SECONDS:
-        return None
-    return value
+#: What a header's value is read as, and where it goes: a bucket's count, its reset as
+#: a Go duration (OpenAI) or a moment (Anthropic), or one of the two retry-after headers.
+_SLOTS = {"limit": 0, "remaining": 1, "reset": 2}
 
 
-def parse_duration(text: str) -> float | None:
-    """Parse a Go-style duration (``"6m0s"``, ``"20ms"``, ``"0.5s"``) or bare seconds.
+@lru_cache(maxsize=256)
+def _header(raw_name: str) -> tuple[str, int, str]:
+    """A header name as (how its value reads, bucket slot, bucket key); ``""`` if no limit.
 
-    Returns None for anything else, including negative or absurdly long durations.
+    Providers send the same few names on every response, so the answers are kept (at
+    most 256 of them: a stream of odd names evicts, it does not grow the cache).
     """
-    text = text.strip()
-    if len(text) > _MAX_VALUE_LENGTH:
-        return None
-    if _NUMBER.fullmatch(text):
-        return _seconds(float(text))
-    if not _GO_DURATION.fullmatch(text):
-        return None
-    total = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _GO_PART.findall(text))
-    return _seconds(total)
-
-
-def _aware(now: datetime) -> datetime:
-    return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
-
-
-def _until(moment: datetime, now: datetime) -> float | None:
-    """Seconds from ``now`` until ``moment`` (0 if already past); None if naive/absurd."""
-    if moment.tzinfo is None:
-        return None
-    return _seconds(max(0.0, (moment - now).total_seconds()))
-
-
-def _parse_timestamp(text: str, now: datetime) -> float | None:
-    """An RFC 3339 timestamp (or Unix epoch seconds) as seconds from ``now``."""
-    text = text.strip()
-    if len(text) > _MAX_VALUE_LENGTH:
-        return None
-    if _NUMBER.fullmatch(text):
-        epoch = float(text)
-        if epoch < _EPOCH_MIN:
-            return None
-        return _seconds(max(0.0, epoch - now.timestamp()))
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return _until(moment, now)
-
-
-def _parse_retry_after(text: str, now: datetime) -> float | None:
-    """``retry-after``: delay-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
-    text = text.strip()
-    if len(text) > _MAX_VALUE_LENGTH:
-        return None
-    if _NUMBER.fullmatch(text):
-        return _seconds(float(text))
-    try:
-        moment = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    return _until(moment, now)
-
-
-def _parse_int(text: str) -> int | None:
-    text = text.strip()
-    return int(text) if _INTEGER.fullmatch(text) else None
+    name = raw_name.lower()
+    if match := _OPENAI.fullmatch(name):
+        kind, bucket = match.group(1), match.group(2)
+        reading = "duration" if kind == "reset" else "count"
+    elif match := _ANTHROPIC.fullmatch(name):
+        bucket, kind = match.group(1), match.group(2)
+        reading = "moment" if kind == "reset" else "count"
+    elif name in ("retry-after", "retry-after-ms"):
+        return name, 0, ""
+    else:
+        return "", 0, ""
+    return reading, _SLOTS[kind], bucket.replace("-", "_")
 
 
 def parse_rate_limits(headers: Mapping[str, str], now: datetime) -> RateLimitSnapshot:
@@ -185,46 +144,44 @@ def parse_rate_limits(headers: Mapping[str, str], now: datetime) -> RateLimitSna
     Returns:
         The snapshot; malformed values are simply absent from it. Never raises.
     """
-    now = _aware(now)
-    fields: dict[str, dict[str, int | float]] = {}
+    now = aware(now)
+    fields: dict[str, list[Any]] = {}  # a bucket's [limit, remaining, reset]
     retry_after: float | None = None
     retry_after_ms: float | None = None
+    parsed: int | float | None
     for raw_name, value in headers.items():
         if not isinstance(raw_name, str) or not isinstance(value, str):
             continue
-        name = raw_name.lower()
-        parsed: int | float | None
-        if match := _OPENAI.fullmatch(name):
-            kind, bucket = match.group(1), match.group(2)
-            parsed = parse_duration(value) if kind == "reset" else _parse_int(value)
-        elif match := _ANTHROPIC.fullmatch(name):
-            bucket, kind = match.group(1), match.group(2)
-            parsed = _parse_timestamp(value, now) if kind == "reset" else _parse_int(value)
-        elif name == "retry-after":
-            retry_after = _parse_retry_after(value, now)
+        reading, slot, key = _header(raw_name)
+        if reading == "count":
+            text = value.strip()
+            if len(text) > 15 or not text.isdecimal():  # \d{1,15}
+                continue
+            parsed = int(text)
+        elif reading == "duration":
+            parsed = parse_duration(value)
+        elif reading == "moment":
+            parsed = parse_timestamp(value, now)
+        elif reading == "retry-after":
+            retry_after = parse_retry_after(value, now)
             continue
-        elif name == "retry-after-ms":
-            millis = value.strip()
-            if len(millis) <= _MAX_VALUE_LENGTH and _NUMBER.fullmatch(millis):
-                retry_after_ms = _seconds(float(millis) / 1000.0)
+        elif reading == "retry-after-ms":
+            retry_after_ms = parse_retry_after_ms(value)
             continue
         else:
             continue
         if parsed is None:
             continue
-        key = bucket.replace("-", "_")
-        if key not in fields and len(fields) >= _MAX_BUCKETS:
-            continue
-        fields.setdefault(key, {})[kind] = parsed
-    buckets = tuple(
-        RateLimitBucket(
-            name=key,
-            limit=int(values["limit"]) if "limit" in values else None,
-            remaining=int(values["remaining"]) if "remaining" in values else None,
-            reset_seconds=float(values["reset"]) if "reset" in values else None,
-        )
+        values = fields.get(key)
+        if values is None:
+            if len(fields) >= _MAX_BUCKETS:
+                continue
+            values = fields[key] = [None, None, None]
+        values[slot] = parsed
+    buckets = tuple([
+        RateLimitBucket(name=key, limit=values[0], remaining=values[1], reset_seconds=values[2])
         for key, values in sorted(fields.items())
-    )
+    ])
     return RateLimitSnapshot(
         buckets=buckets,
         retry_after_seconds=retry_after_ms if retry_after_ms is not None else retry_after,

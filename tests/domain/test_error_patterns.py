@@ -77,3 +77,12 @@ def test_extended_either_accepts_or_refuses_cleanly(extra: dict[str, list[str]])
         return
     for name, phrases in extra.items():
         assert all(normalise(p) in getattr(patterns, name) for p in phrases)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(
+    [*"aZ_-. \n\t\r\x0b\x0c\x1c\x1f\x7fé", "\u00a0", "\u2003", "\u0130", "ΑΣ"]), max_size=20
+).map("".join))
+def test_normalise_is_split_and_join_whatever_the_shortcut(text: str) -> None:
+    # the single-space ASCII shortcut must give what splitting and joining gives
+    assert normalise(text) == " ".join(text.lower().replace("_", " ").replace("-", " ").split())
