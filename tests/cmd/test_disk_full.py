@@ -140,6 +140,7 @@ def test_a_call_in_flight_when_the_disk_fills_is_recorded_once_space_returns(
 def test_a_full_disk_at_start_is_one_clear_line_and_exit_74(
     disk: FullDisk, tmp_path: Path, fake: FakeProviderServer,
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    daemon_logging: None,
 ) -> None:
     db = tmp_path / "events.db"
     first = InProcessDaemon(db, fake).start()  # a log with a call in it
