@@ -86,7 +86,7 @@ def _pattern_sub_bytes(match: re.Match[bytes]) -> bytes:
 class _Compiled:
     """An immutable snapshot of the registered secrets, swapped atomically on ``add``."""
 
-    __slots__ = ("bytes_re", "bytes_repl", "raw", "text_re", "text_repl")
+    __slots__ = ("_bytes_re", "bytes_repl", "ordered", "raw", "text_re", "text_repl")
 
     def __init__(self, secrets: Iterable[str]) -> None:
         # Longest first, so a secret that contains another is replaced as a whole.
@@ -95,20 +95,31 @@ class _Compiled:
         # The bytes pattern names each secret's group: its replacement, by group name.
         self.bytes_repl = {f"s{i}": placeholder(s).encode("ascii")
                            for i, s in enumerate(ordered)}
+        self.ordered = tuple(ordered)
         self.text_re: re.Pattern[str] | None = None
-        self.bytes_re: re.Pattern[bytes] | None = None
+        self._bytes_re: re.Pattern[bytes] | None = None
         if ordered:
             self.text_re = re.compile("|".join(re.escape(s) for s in ordered))
-            # Bytes are what crosses the wire, where JSON may spell any character of a
-            # key as a \uXXXX escape ("\u0073k-…"): each secret matches in any mix of
-            # raw and escaped characters, and the group says which secret it was.
-            self.bytes_re = re.compile(b"|".join(
-                b"(?P<s%d>%s)" % (i, _escapable(s)) for i, s in enumerate(ordered)))
         self.raw = tuple(s.encode("utf-8", "surrogatepass") for s in ordered)
+
+    def bytes_re(self) -> re.Pattern[bytes]:
+        """The escape-aware pattern of every secret, compiled on first use.
+
+        Bytes are what crosses the wire, where JSON may spell any character of a key as
+        a ``\\uXXXX`` escape (``"\\u0073k-…"``): each secret matches in any mix of raw and
+        escaped characters, and the group says which secret it was. Compiling it costs
+        ~20 ms per secret, and every :meth:`Redactor.add` makes a new snapshot, so it is
+        built only when some bytes do hold a secret — rarely, and never at start. Two
+        threads may both build it; either result is the same pattern.
+        """
+        if self._bytes_re is None:
+            self._bytes_re = re.compile(b"|".join(
+                b"(?P<s%d>%s)" % (i, _escapable(s)) for i, s in enumerate(self.ordered)))
+        return self._bytes_re
 
     def sub_bytes(self, data: bytes) -> bytes:
         """``data`` with every registered secret, raw or JSON-escaped, replaced."""
-        if self.bytes_re is None:
+        if not self.raw:
             return data
         # The escape-aware pattern is slow (about 80 µs per KiB); every answer passes
         # here, and almost none holds a key. Substring searches over the bytes, with
@@ -117,7 +128,7 @@ class _Compiled:
         if not any(secret in probe for secret in self.raw):
             return data
         repl = self.bytes_repl
-        return self.bytes_re.sub(lambda m: repl[m.lastgroup or ""], data)
+        return self.bytes_re().sub(lambda m: repl[m.lastgroup or ""], data)
 
 
 _ASCII_ESCAPE = re.compile(rb"\\u00([2-7][0-9A-Fa-f])")

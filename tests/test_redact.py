@@ -168,3 +168,19 @@ def test_property_registered_secret_never_survives(prefix: str, secret: str) -> 
     redactor = Redactor([secret])
     out = redactor.redact(prefix + secret + prefix)
     assert secret not in out or secret in placeholder(secret)
+
+
+def test_the_escape_aware_pattern_is_built_only_when_bytes_hold_a_secret() -> None:
+    # Each add makes a new snapshot; building the escape-aware pattern for every one made
+    # adding n keys quadratic (64 keys: over a second). It waits for a probe that finds one.
+    redactor = Redactor([f"secret-value-{i:04d}" for i in range(8)])
+    assert redactor.redact_bytes(b'{"content": "nothing to hide"}') == (
+        b'{"content": "nothing to hide"}')
+    assert redactor._compiled._bytes_re is None
+    escaped = b'{"echo": "\\u0073ecret-value-0003"}'
+    assert redactor.redact_bytes(escaped) == (
+        b'{"echo": "' + placeholder("secret-value-0003").encode() + b'"}')
+    assert redactor._compiled._bytes_re is not None
+    redactor.add("secret-value-0100")  # a new snapshot starts without it again
+    assert redactor._compiled._bytes_re is None
+    assert b"secret-value-0100" not in redactor.redact_bytes(b"\\u0073ecret-value-0100")
