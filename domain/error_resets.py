@@ -98,23 +98,26 @@ def first_cue(raw: str, cues: tuple[str, ...]) -> int:
     return first
 
 
-def phrase_reset(raw: str, now: datetime) -> float | None:
+def phrase_reset(raw: str, now: datetime, *, from_cues: bool = True) -> float | None:
     """A reset stated in words: a delay phrase, or a date to regain access.
 
     The phrases begin with one of a few words (:data:`DELAY_CUES`, :data:`DATE_CUES`),
     found by plain search; the regular expression starts from the first of them instead
     of trying every position of the text, and does not run without one.
+    ``from_cues=False`` searches the whole text (what the cues must not change: tests).
     """
     if not raw:
         return None
-    if (start := first_cue(raw, DELAY_CUES)) >= 0 and (match := _DELAY.search(raw, start)):
+    delay_at = first_cue(raw, DELAY_CUES) if from_cues else 0
+    date_at = first_cue(raw, DATE_CUES) if from_cues else 0
+    if delay_at >= 0 and (match := _DELAY.search(raw, delay_at)):
         total = 0.0
         for amount, unit in _PART.findall(match.group(1)):
             key = "ms" if unit.startswith("millis") or unit == "ms" else unit[0]
             total += float(amount) * _UNIT_SECONDS[key]
         if (seconds := _believable(total)) is not None:
             return seconds
-    if (start := first_cue(raw, DATE_CUES)) >= 0 and (match := _DATE.search(raw, start)):
+    if date_at >= 0 and (match := _DATE.search(raw, date_at)):
         year, month, day, hour, minute, second = match.groups()
         try:
             moment = datetime(int(year), int(month), int(day), int(hour or 0),

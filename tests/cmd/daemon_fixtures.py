@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +305,30 @@ class DaemonMaker:
         """Stop every daemon still running: SIGTERM, then SIGKILL."""
         for daemon in self.made:
             daemon.cleanup()
+
+
+@contextmanager
+def module_daemon(base: Path, **options: Any) -> Iterator[tuple[Daemon, FakeProviderServer]]:
+    """A fake upstream and a daemon (``DaemonMaker`` ``options``) for a module to share.
+
+    For tests that read back only their own calls and leave every key healthy; the
+    daemon must still stop cleanly at the end (SIGTERM, else SIGKILL in any case).
+    """
+    with FakeProviderServer() as server:
+        maker = DaemonMaker(base, server)
+        try:
+            daemon = maker(**options).start()
+            yield daemon, server
+            assert daemon.stop() == 0
+        finally:
+            maker.cleanup()
+
+
+def still_running(shared: tuple[Daemon, FakeProviderServer]) -> Daemon:
+    """The shared daemon, asserted alive."""
+    daemon = shared[0]
+    assert daemon.proc is not None and daemon.proc.poll() is None, daemon.stderr()
+    return daemon
 
 
 DaemonFactory = DaemonMaker

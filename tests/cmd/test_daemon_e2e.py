@@ -18,7 +18,14 @@ import openai
 import pytest
 from sessionwarden.redact import fingerprint
 
-from tests.cmd.daemon_fixtures import MODEL, Daemon, DaemonFactory, DaemonMaker, chat_body
+from tests.cmd.daemon_fixtures import (
+    MODEL,
+    Daemon,
+    DaemonFactory,
+    chat_body,
+    module_daemon,
+    still_running,
+)
 from tests.support.fake_provider import FakeProviderServer
 
 MESSAGES: list[Any] = [
@@ -30,14 +37,8 @@ MESSAGES: list[Any] = [
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, FakeProviderServer]]:
     """The module's fake upstream and daemon, stopped (SIGTERM, else SIGKILL) at the end."""
-    with FakeProviderServer() as server:
-        maker = DaemonMaker(tmp_path_factory.mktemp("e2e"), server)
-        try:
-            daemon = maker().start()
-            yield daemon, server
-            assert daemon.stop() == 0
-        finally:
-            maker.cleanup()
+    with module_daemon(tmp_path_factory.mktemp("e2e")) as found:
+        yield found
 
 
 @pytest.fixture
@@ -50,9 +51,7 @@ def fake(shared: tuple[Daemon, FakeProviderServer]) -> FakeProviderServer:
 @pytest.fixture
 def daemon(shared: tuple[Daemon, FakeProviderServer], fake: FakeProviderServer) -> Daemon:
     """The shared daemon, still running."""
-    d = shared[0]
-    assert d.proc is not None and d.proc.poll() is None, d.stderr()
-    return d
+    return still_running(shared)
 
 
 @pytest.fixture

@@ -14,7 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cmd.daemon_fixtures import MODEL, Daemon, DaemonMaker, chat_body
+from tests.cmd.daemon_fixtures import (
+    MODEL,
+    Daemon,
+    chat_body,
+    module_daemon,
+    still_running,
+)
 from tests.support.fake_provider import FakeProviderServer
 
 CAP_MIB = 1
@@ -23,16 +29,9 @@ CAP_MIB = 1
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, FakeProviderServer]]:
     """The module's fake upstream and daemon, stopped (SIGTERM, else SIGKILL) at the end."""
-    with FakeProviderServer() as server:
-        base = tmp_path_factory.mktemp("security")
-        maker = DaemonMaker(base, server)
-        (base / "db").mkdir(mode=0o700)  # an explicit --db must name an existing directory
-        try:
-            daemon = maker(extra_config=f"[daemon]\nmax_body_mib = {CAP_MIB}\n").start()
-            yield daemon, server
-            assert daemon.stop() == 0
-        finally:
-            maker.cleanup()
+    with module_daemon(tmp_path_factory.mktemp("security"),
+                       extra_config=f"[daemon]\nmax_body_mib = {CAP_MIB}\n") as found:
+        yield found
 
 
 @pytest.fixture
@@ -45,8 +44,7 @@ def fake(shared: tuple[Daemon, FakeProviderServer]) -> FakeProviderServer:
 @pytest.fixture
 def daemon(shared: tuple[Daemon, FakeProviderServer], fake: FakeProviderServer) -> Iterator[Daemon]:
     """The shared daemon; after the test it must still serve and show no traceback."""
-    d = shared[0]
-    assert d.proc is not None and d.proc.poll() is None, d.stderr()
+    d = still_running(shared)
     yield d
     assert_still_serving(d)
     err = d.stderr()
