@@ -74,6 +74,9 @@ __all__ = ["POLL_INTERVAL_S", "CredentialPoolActor", "credentials_stream"]
 
 #: How often the lease path looks for the operator's changes in the log, in seconds.
 POLL_INTERVAL_S = 0.5
+#: Why a provider whose last key the operator removed takes no call (a client reads it).
+_ALL_REMOVED = ("every key was removed with `sessionwarden keys remove` "
+                "(`sessionwarden keys add PROVIDER env:NAME` puts one back)")
 
 
 def _operator_keys(history: list[Event]) -> dict[str, str]:
@@ -231,11 +234,14 @@ class CredentialPoolActor(GovernedActor):
                 if not operator_event(event):
                     continue
                 logger.info("provider {}: taking the operator's {}", provider, event.type_tag())
+                pool = self._pools[provider]
                 if isinstance(event, CredentialAdded):
-                    self._take(provider, event.ref, event.fingerprint)
+                    if self._take(provider, event.ref, event.fingerprint):
+                        self._unusable.pop(provider, None)
                 elif isinstance(event, CredentialRemoved):
-                    pool = self._pools[provider]
                     pool.keys = [k for k in pool.keys if k.fingerprint != event.fingerprint]
+                    if not pool.keys:
+                        self._unusable[provider] = _ALL_REMOVED
                 health.fold(event)
 
     def _recorded_health(self, provider: str) -> list[Event]:
@@ -285,11 +291,13 @@ class CredentialPoolActor(GovernedActor):
             if message.provider in self._keyless:
                 return Leased(message.provider, "", "")
             pool = self._pools.get(message.provider)
+            if pool is not None:
+                # Before the emptiness check: `keys add` is how an empty pool refills.
+                self._poll(message.provider)
             if pool is None or not pool.keys:
                 why = self._unusable.get(message.provider)
                 raise NoCredential(f"provider {message.provider!r} has no usable key"
                                    + (f": {why}" if why else ""))
-            self._poll(message.provider)
             allowed = self._health[message.provider].allowed(
                 pool.fingerprints(), message.exclude, self._clock.now())
             key: KeyState = pool.lease(self._rng, allowed)

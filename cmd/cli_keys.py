@@ -23,6 +23,7 @@ the pool folds them.
 import argparse
 import json
 import os
+import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,12 +46,18 @@ from sessionwarden.events import (
     Event,
     KeyStateChanged,
 )
-from sessionwarden.redact import fingerprint
+from sessionwarden.redact import MIN_SECRET_LENGTH, default_redactor, fingerprint
 from sessionwarden.store import ANY, EventLog, NewEvent, StreamAppend
 
 __all__ = ["add_keys_commands", "key_rows", "provider_events"]
 
-
+#: The configuration's rule for a provider's name (``config/model.py``): the only names a
+#: daemon can have a pool for, and none with a character a terminal or a stream name
+#: would act on.
+_PROVIDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: A key's name everywhere but in memory: :func:`sessionwarden.redact.fingerprint`.
+_FINGERPRINT = re.compile(r"fp:[0-9a-f]{12}")
+_NEVER_A_KEY = "never put a key on the command line: `keys add PROVIDER env:NAME` names it"
 
 def add_keys_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Register ``keys`` and ``breaker`` on the CLI's subparsers."""
@@ -76,6 +83,41 @@ def _providers(log: EventLog) -> list[str]:
     rows = log.read_connection().execute(
         "SELECT name FROM streams WHERE name LIKE 'credentials-%' OR name LIKE 'ratelimits-%'")
     return sorted({str(name).split("-", 1)[1] for (name,) in rows})
+
+
+def _looks_like_a_key(text: str) -> bool:
+    """Whether ``text`` holds what the redactor takes for a secret (``sk-…`` and the like)."""
+    return default_redactor.redact(text) != text
+
+
+def _provider_name(name: str) -> str:
+    """``name`` if it can be a provider's; never echoed back when it is not.
+
+    Raises:
+        UsageError: not a provider name (a pasted key, control characters, 1 KB of text).
+    """
+    if _looks_like_a_key(name):
+        raise UsageError(f"that provider name looks like an API key: {_NEVER_A_KEY}")
+    if not _PROVIDER.fullmatch(name):
+        raise UsageError("a provider name is 1-64 characters of A-Z a-z 0-9 . _ - "
+                         "(keys list shows them)")
+    return name
+
+
+def _fingerprint(text: str) -> str:
+    """``text`` as a fingerprint (blanks and hex case do not matter); never echoed back.
+
+    A prefix is refused, not completed: a remove must name exactly one key.
+
+    Raises:
+        UsageError: not ``fp:`` and 12 hex digits (a pasted key, a prefix, garbage).
+    """
+    fp = text.strip().lower()
+    if _FINGERPRINT.fullmatch(fp):
+        return fp
+    if _looks_like_a_key(text):
+        raise UsageError(f"that looks like an API key, not its fingerprint: {_NEVER_A_KEY}")
+    raise UsageError("expected a whole fingerprint, fp: and 12 hex digits (keys list shows them)")
 
 
 class _Pool:
@@ -163,35 +205,49 @@ def run_keys(args: argparse.Namespace, db: Path) -> int:
         return 0
     if not args.provider or not args.key:
         raise UsageError(f"keys {args.action} needs a provider and a key")
-    with EventLog(db, readonly=True) as log:
-        pool = _Pool(log, args.provider)
-    if not pool.keys and args.action != "add":
-        raise CommandError(f"no provider {args.provider!r} in the log (keys list shows them)")
+    provider = _provider_name(args.provider)
     if args.action == "add":
-        try:
-            secret = resolve_key(args.key, dict(os.environ))
-        except ConfigError as exc:
-            raise UsageError(f"{exc} (expected env:NAME, set in this shell)") from None
-        fp = fingerprint(secret)
-        if fp in pool.active():
-            print(f"{args.provider} {fp}: already in the pool")
-            return 0
-        _append(db, args.provider, [CredentialAdded(provider=args.provider, ref=args.key,
-                                                    fingerprint=fp, source=OPERATOR)])
-        print(f"{args.provider} {fp} {args.key}: added")
-        return 0
-    fp = args.key
+        return _add(db, provider, args.key)
+    fp = _fingerprint(args.key)
+    with EventLog(db, readonly=True) as log:
+        pool = _Pool(log, provider)
+    if not pool.keys:
+        raise CommandError(f"no provider {provider!r} in the log (keys list shows them)")
+    if fp in pool.keys and fp not in pool.active():
+        done = "already removed" if args.action == "remove" else "removed"
+        raise CommandError(f"{provider} {fp} is {done} (keys add puts it back)")
     if fp not in pool.active():
-        raise CommandError(f"no key {fp!r} in provider {args.provider!r} (keys list shows them)")
+        raise CommandError(f"no key {fp} in provider {provider!r} (keys list shows them)")
     if args.action == "remove":
-        _append(db, args.provider, [CredentialRemoved(provider=args.provider, fingerprint=fp,
-                                                      reason=OPERATOR)])
-        print(f"{args.provider} {fp}: removed")
+        _append(db, provider, [CredentialRemoved(provider=provider, fingerprint=fp,
+                                                 reason=OPERATOR)])
+        print(f"{provider} {fp}: removed")
         return 0
     events = pool.health.reset(pool.active(), fp, now)
     events = [_as_operator(e) for e in events]
-    _append(db, args.provider, events)
-    print(f"{args.provider} {fp}: ok" + ("" if events else " (it was)"))
+    _append(db, provider, events)
+    print(f"{provider} {fp}: ok" + ("" if events else " (it was)"))
+    return 0
+
+
+def _add(db: Path, provider: str, ref: str) -> int:
+    """``keys add``: the key ``ref`` names in this shell joins ``provider``'s pool."""
+    try:
+        secret = resolve_key(ref, dict(os.environ))
+    except ConfigError as exc:
+        # The message names the variable at most, never the argument: it may be a key.
+        raise UsageError(f"{exc} (expected env:NAME, set in this shell)") from None
+    if len(secret) < MIN_SECRET_LENGTH:  # the daemon would refuse it (actors/credentials.py)
+        raise UsageError(f"{ref} is too short to be a real key")
+    fp = fingerprint(secret)
+    with EventLog(db, readonly=True) as log:
+        pool = _Pool(log, provider)
+    if fp in pool.active():
+        print(f"{provider} {fp}: already in the pool (as {pool.keys[fp]['ref']})")
+        return 0
+    _append(db, provider, [CredentialAdded(provider=provider, ref=ref, fingerprint=fp,
+                                           source=OPERATOR)])
+    print(f"{provider} {fp} {ref}: added")
     return 0
 
 
@@ -219,9 +275,12 @@ def run_breaker(args: argparse.Namespace, db: Path) -> int:
             print(f"{printable(str(r['provider']))}: {r['state']}{until}"
                   + (f" ({r['reason']})" if r["state"] != "closed" else ""))
         return 0
-    if not args.provider or args.provider not in pools:
+    if not args.provider:
         raise UsageError("breaker reset needs a provider recorded in the log")
-    events = [_as_operator(e) for e in reset_breaker(pools[args.provider].health.breaker)]
-    _append(db, args.provider, list(events))
-    print(f"{args.provider}: closed" + ("" if events else " (it was)"))
+    provider = _provider_name(args.provider)
+    if provider not in pools:
+        raise UsageError("breaker reset needs a provider recorded in the log")
+    events = [_as_operator(e) for e in reset_breaker(pools[provider].health.breaker)]
+    _append(db, provider, list(events))
+    print(f"{provider}: closed" + ("" if events else " (it was)"))
     return 0

@@ -7,14 +7,24 @@ its URL) and asks the control API's ``GET /v1/keys`` with the clients' bearer to
 (``$SESSIONWARDEN_TOKEN``, else the token file beside the log, read as the daemon
 reads it). No daemon holding the log means no call in flight: every count is 0.
 
-Whatever goes wrong — no token here, a daemon that does not answer within
-:data:`TIMEOUT_S`, a refusal, a body that is not the daemon's — the counts are unknown,
-with one short reason for the command to print; nothing raises, and the token is never
-printed.
+The lock file is believed only as the daemon writes it (``store.lock``: a regular file
+of this user's that no one else may write), and the token goes only where a daemon can
+listen: ``http://HOST:PORT`` with HOST ``localhost`` or an IP address of this machine
+(loopback, or the address a daemon started with ``--allow-remote`` binds) — never a
+name to resolve, credentials, a path or a query. Any other address is not asked.
+
+Whatever goes wrong — no token here, such an address, a daemon that does not answer
+within :data:`TIMEOUT_S` (the whole exchange, however slowly it trickles), a refusal, a
+body that is not the daemon's — the counts are unknown, with one short reason for the
+command to print; nothing raises, and the token is never printed.
 """
 
 import http.client
+import ipaddress
 import os
+import socket
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -70,28 +80,86 @@ def _token(db: Path, environ: Mapping[str, str]) -> str | None:
         return None
 
 
+def _address(url: str) -> tuple[str, int] | None:
+    """The host and port of a daemon's announced ``url``, if the token may go there.
+
+    Only what :meth:`~sessionwarden.store.InstanceLock.announce` writes:
+    ``http://HOST:PORT``, no credentials, path, query or fragment, HOST ``localhost``
+    or an IP address of this machine (loopback, or the address a daemon started with
+    ``--allow-remote`` was told to bind). Never a name to resolve: DNS could send the
+    token anywhere.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number, or out of range
+        return None
+    host = parts.hostname
+    if (parts.scheme != "http" or not host or not port or parts.username is not None
+            or parts.password is not None or parts.path not in ("", "/") or parts.query
+            or parts.fragment or "@" in parts.netloc):
+        return None
+    if host == "localhost":
+        return host, port
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return (host, port) if address.is_loopback or _on_this_machine(address) else None
+
+
+def _on_this_machine(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``address`` is one of this machine's: only those can be bound."""
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind((str(address), 0))
+    except OSError:
+        return False
+    return True
+
+
 def leases_in_flight(db: Path, environ: Mapping[str, str] | None = None) -> InFlight:
-    """The leases in flight of every key of the daemon holding ``db``."""
+    """The leases in flight of every key of the daemon holding ``db``.
+
+    The whole exchange, connection included, ends within :data:`TIMEOUT_S` (a little
+    more only while the connection is being made): a daemon, or a program posing as one,
+    that answers a byte at a time is cut off.
+    """
     running = read_announcement(db)
     if running is None:
         return InFlight({})
     who = f"the daemon (pid {running.pid})"
+    address = _address(running.url)
+    if address is None:
+        return InFlight(None, f"{who} announced an address that is not a plain http:// "
+                              "address on this machine (see its lock file)")
     token = _token(db, os.environ if environ is None else environ)
     if token is None:
         return InFlight(None, f"{who} runs, but its token is not readable here "
                               f"(set {_TOKEN_ENV})")
-    parts = urlsplit(running.url)
-    if not parts.hostname:
-        return InFlight(None, f"{who} announced no usable address")
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT_S)
+    where = f"http://{address[0]}:{address[1]}" if ":" not in address[0] else (
+        f"http://[{address[0]}]:{address[1]}")
+    deadline = time.monotonic() + TIMEOUT_S
+    connection = http.client.HTTPConnection(*address, timeout=TIMEOUT_S)
+    cutoff: threading.Timer | None = None
     try:
+        connection.connect()
+        # The socket's timeout bounds each read, not their sum: past the deadline the
+        # socket is shut down under the read, which then ends at once.
+        cutoff = threading.Timer(max(0.0, deadline - time.monotonic()), _cut, (connection,))
+        cutoff.daemon = True
+        cutoff.start()
         connection.request("GET", "/v1/keys", headers={"Authorization": f"Bearer {token}"})
         response = connection.getresponse()
         body = response.read(_MAX_ANSWER + 1)
+        if time.monotonic() >= deadline:
+            raise TimeoutError
     except (OSError, http.client.HTTPException) as exc:
-        return InFlight(None, f"{who} did not answer at {running.url} "
-                              f"({type(exc).__name__})")
+        return InFlight(None, f"{who} did not answer at {where} ({type(exc).__name__})")
     finally:
+        if cutoff is not None:
+            cutoff.cancel()
         connection.close()
     if response.status != 200:
         why = "the token here is not the daemon's" if response.status == 401 else ""
@@ -103,3 +171,12 @@ def leases_in_flight(db: Path, environ: Mapping[str, str] | None = None) -> InFl
     if answer is None:
         return InFlight(None, f"{who} answered something that is not its key list")
     return InFlight({(k.provider, k.fingerprint): k.in_flight for k in answer.keys})
+
+
+def _cut(connection: http.client.HTTPConnection) -> None:
+    """Shut the connection's socket down: a read blocked on it returns."""
+    try:
+        if connection.sock is not None:
+            connection.sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed: nothing is blocked on it

@@ -29,6 +29,7 @@ from sessionwarden.cmd.errors import CommandError, UsageError
 from sessionwarden.cmd.private import UMASK, private_directory
 from sessionwarden.config import ConfigError
 from sessionwarden.errors import SessionwardenError
+from sessionwarden.redact import default_redactor
 from sessionwarden.store import default_db_path
 from sessionwarden.store.errors import CorruptStore, StoreUnavailable
 
@@ -56,9 +57,14 @@ class Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        """Print the usage line and ``message`` to stderr, and exit 64."""
+        """Print the usage line and ``message`` to stderr, and exit 64.
+
+        argparse quotes the arguments it refuses, and a user may have pasted a key among
+        them: the message passes the redactor's patterns first.
+        """
         self.print_usage(sys.stderr)
-        self.exit(UsageError.exit_code, f"{self.prog}: error: {message}\n")
+        self.exit(UsageError.exit_code,
+                  f"{self.prog}: error: {default_redactor.redact(message)}\n")
 
 
 def _common_options(default_db: object, default_debug: object) -> argparse.ArgumentParser:

@@ -22,6 +22,8 @@ to another program by now.
 
 import fcntl
 import os
+import re
+import stat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -64,6 +66,9 @@ class InstanceLock:
             # and our flock(): this lock guards nothing. Start over on the current name.
             os.close(fd)
         self._fd = fd
+        # A leftover file may have been made open to others: a command believes the
+        # announcement only from a file no one else could have written.
+        os.fchmod(fd, 0o600)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
@@ -113,24 +118,44 @@ class Announcement(NamedTuple):
 
 #: An announcement is two short lines; anything longer is not ours.
 _MAX_ANNOUNCEMENT = 512
+#: A pid as :class:`InstanceLock` writes it: ASCII digits, no sign, not 0 (``kill(0, …)``
+#: would signal our own process group, which is always alive).
+_PID = re.compile(r"[1-9][0-9]{0,18}")
+#: Linux's largest pid_max; anything above names no process.
+_MAX_PID = 1 << 22
 
 
 def read_announcement(db_path: Path) -> Announcement | None:
     """The daemon holding ``db_path`` and where it listens, or None: no daemon runs.
 
     None also when the lock file names no URL yet (the daemon is starting) or names a
-    process that no longer exists (a SIGKILLed holder's leftover file).
+    process that no longer exists (a SIGKILLed holder's leftover file), and for a file
+    the daemon cannot have written: not a regular file (a FIFO would block the read),
+    not this user's, or writable by others (whoever could write it could point a command
+    and its token elsewhere). The URL is returned as written: the caller decides where
+    it may send anything (``cmd/daemon_client.py``).
     """
     path = db_path.with_name(db_path.name + ".lock")
     try:
-        with open(path, "rb") as file:
-            text = file.read(_MAX_ANNOUNCEMENT).decode(errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError:
         return None
+    try:
+        info = os.fstat(fd)
+        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
+                or info.st_mode & 0o022):
+            return None
+        text = os.pread(fd, _MAX_ANNOUNCEMENT, 0).decode(errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     lines = text.split("\n")
-    if len(lines) < 3 or not lines[0].strip().isdigit() or not lines[1].startswith("http://"):
+    if len(lines) < 3 or not _PID.fullmatch(lines[0]) or not lines[1].startswith("http://"):
         return None
     pid = int(lines[0])
+    if pid > _MAX_PID:
+        return None  # os.kill would overflow: no process has it
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -119,8 +119,9 @@ def test_bad_keys_commands_say_why_in_one_line(
     db = str(daemon.db)
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     for argv, code, words in (
-        (("keys", "reset", "fake", "fp:nope"), 1, "no key 'fp:nope'"),
-        (("keys", "reset", "ghost", "fp:nope"), 1, "no provider 'ghost'"),
+        (("keys", "reset", "fake", "fp:000000000000"), 1, "no key fp:000000000000"),
+        (("keys", "reset", "fake", "fp:nope"), 64, "expected a whole fingerprint"),
+        (("keys", "reset", "ghost", "fp:000000000000"), 1, "no provider 'ghost'"),
         (("keys", "reset", "fake"), 64, "needs a provider and a key"),
         (("keys", "add", "fake", "env:NOT_SET_ANYWHERE"), 64, "NOT_SET_ANYWHERE"),
         (("keys", "add", "fake", "sk-literal-key-000000000000"), 64, "env:NAME"),

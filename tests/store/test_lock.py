@@ -150,3 +150,42 @@ def test_an_announcement_that_names_no_live_daemon_of_ours_is_none(
 ) -> None:
     db.with_name(db.name + ".lock").write_text(text.replace("{pid}", str(os.getpid())))
     assert read_announcement(db) is None
+
+
+@pytest.mark.parametrize("content", [
+    b"9" * 30 + b"\nhttp://127.0.0.1:8787\n",  # a pid no kernel has (kill would overflow)
+    "\u00b2\nhttp://127.0.0.1:8787\n".encode(),  # a digit to isdigit(), not to int()
+    "\u0661\u0662\nhttp://127.0.0.1:8787\n".encode(),  # Arabic-Indic digits
+    b"0\nhttp://127.0.0.1:8787\n",  # kill(0) would reach our own process group
+    b"-1\nhttp://127.0.0.1:8787\n",
+    b"+{pid}\nhttp://127.0.0.1:8787\n",
+    b"\xff\xfe\x00\x01" * 4096,
+    b"{pid}\n" + b"http://" + b"A" * (1 << 20) + b"\n",  # huge: past the 512 bytes read
+])
+def test_hostile_lock_contents_are_no_announcement(db: Path, content: bytes) -> None:
+    path = db.with_name(db.name + ".lock")
+    path.write_bytes(content.replace(b"{pid}", str(os.getpid()).encode()))
+    assert read_announcement(db) is None
+
+
+def test_only_a_private_regular_file_of_this_user_is_believed(db: Path) -> None:
+    path = db.with_name(db.name + ".lock")
+    path.write_text(f"{os.getpid()}\nhttp://127.0.0.1:8787\n")
+    path.chmod(0o600)
+    assert read_announcement(db) == Announcement(os.getpid(), "http://127.0.0.1:8787")
+    path.chmod(0o666)  # anyone could have pointed it elsewhere
+    assert read_announcement(db) is None
+    path.chmod(0o620)
+    assert read_announcement(db) is None
+    path.unlink()
+    os.mkfifo(path, 0o600)  # opening a FIFO for reading would wait for a writer forever
+    started = time.monotonic()
+    assert read_announcement(db) is None
+    assert time.monotonic() - started < 1
+    path.unlink()
+    path.write_text("99999999\n")  # a leftover made open to others: the claim makes it ours
+    path.chmod(0o666)
+    with InstanceLock(db) as claim:
+        claim.announce("http://127.0.0.1:8787")
+        assert read_announcement(db) == Announcement(os.getpid(), "http://127.0.0.1:8787")
+        assert path.stat().st_mode & 0o777 == 0o600
