@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import apsw
 import msgspec
 from sessionwarden.actors.key_health import OPERATOR, ProviderHealth, health_streams, in_order
 from sessionwarden.cmd.daemon_client import leases_in_flight
@@ -48,6 +49,7 @@ from sessionwarden.events import (
 )
 from sessionwarden.redact import MIN_SECRET_LENGTH, default_redactor, fingerprint
 from sessionwarden.store import ANY, EventLog, NewEvent, StreamAppend
+from sessionwarden.store.schema import translate
 
 __all__ = ["add_keys_commands", "key_rows", "provider_events"]
 
@@ -176,9 +178,12 @@ def _append(db: Path, provider: str, events: list[Event]) -> None:
         data = CODEC.encode(event)
         stream = limits if isinstance(event, BreakerChanged) else pool
         encoded[stream].append(NewEvent(data.type, data.data, data.schema_version))
-    with EventLog(db, projections=default_projections()) as log:
-        log.append_batch([StreamAppend(stream, tuple(found), ANY)
-                          for stream, found in encoded.items() if found])
+    try:
+        with EventLog(db, projections=default_projections()) as log:
+            log.append_batch([StreamAppend(stream, tuple(found), ANY)
+                              for stream, found in encoded.items() if found])
+    except apsw.Error as exc:  # the store's open leaves some untranslated (a read-only file)
+        raise translate(exc, db) from None
 
 
 def run_keys(args: argparse.Namespace, db: Path) -> int:

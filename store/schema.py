@@ -311,5 +311,7 @@ def ensure_schema(conn: apsw.Connection, path: Path) -> None:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+    except apsw.BusyError:
+        raise  # another writer (a running daemon) holds the log: the caller's retry_busy waits
     except apsw.Error as exc:
         raise translate(exc, path) from None

@@ -12,21 +12,27 @@ but a plain-HTTP address on this machine, and ``keys list`` never waits past its
 import json
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
+import apsw
 import httpx
 import pytest
 from sessionwarden.cmd import daemon_client
 from sessionwarden.cmd.daemon_client import leases_in_flight
 from sessionwarden.cmd.main import main
+from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.redact import fingerprint
+from sessionwarden.store import EventLog
 
 from tests.cmd.daemon_fixtures import query_db
 from tests.cmd.inprocess import InProcessDaemon
-from tests.cmd.key_fixtures import Daemons, ask
+from tests.cmd.key_fixtures import GENUINE, Daemons, ask
 
 #: A key as a user would paste it: the shape the redactor's patterns know.
 LITERAL = "sk-proj-" + "Q7x9" * 10
@@ -315,3 +321,141 @@ def test_an_answer_a_byte_at_a_time_is_cut_off_at_the_bound(
         assert found.counts is None and "did not answer" in found.why_unknown
     finally:
         slow.close()
+
+
+def test_breaker_reset_while_half_open_with_a_probe_out(
+    daemons: Daemons, capsys: pytest.CaptureFixture[str],
+) -> None:
+    daemon = daemons.start()
+    db = str(daemon.db)
+    daemons.steer("FAKE_KEY_A", GENUINE)
+    daemons.steer("FAKE_KEY_B", GENUINE)
+    with pytest.raises(Exception, match="429"):
+        ask(daemon)  # both keys out for 2 h: the breaker opens
+    daemons.clock.advance(2 * 3600 + 1)  # half-open: the next call is the probe
+    daemons.fake.state.by_key.clear()
+    with ThreadPoolExecutor(1) as pool:
+        probe = pool.submit(ask, daemon, "probe", extra_body={"fake": {"delay_ms": 1500}})
+        time.sleep(0.4)  # the probe is out
+        code, out, _ = run(capsys, "breaker", "reset", "fake", "--db", db)
+        assert (code, out) == (0, "fake: closed\n")
+        time.sleep(0.6)
+        assert ask(daemon, "other").http_response.status_code == 200  # closed: not refused
+        assert probe.result().http_response.status_code == 200
+    assert ask(daemon).http_response.status_code == 200
+    code, out, _ = run(capsys, "breaker", "list", "--json", "--db", db)
+    assert code == 0 and [(r["provider"], r["state"]) for r in json.loads(out)] == [
+        ("fake", "closed")]
+    code, out, _ = run(capsys, "breaker", "reset", "fake", "--db", db)
+    assert (code, out) == (0, "fake: closed (it was)\n")
+
+
+def test_breaker_list_on_a_log_without_providers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    db = tmp_path / "events.db"
+    EventLog(db, projections=default_projections()).close()
+    assert run(capsys, "breaker", "list", "--json", "--db", str(db)) == (0, "[]\n", "")
+    assert run(capsys, "breaker", "list", "--db", str(db)) == (0, "", "")
+    assert run(capsys, "keys", "list", "--db", str(db)) == (0, "no keys recorded\n", "")
+    code, out, err = run(capsys, "breaker", "reset", "fake", "--db", str(db))
+    one_line(code, out, err, 64)
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """``path`` unwritable, even to root (who ignores modes: the immutable attribute)."""
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(0o500 if path.is_dir() else 0o400)
+        try:
+            yield
+        finally:
+            path.chmod(mode)
+        return
+    subprocess.run(["chattr", "+i", str(path)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_log_that_cannot_be_written_gets_one_line_and_loses_nothing(
+    stopped: InProcessDaemon, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    db = stopped.db
+    monkeypatch.setenv("NEW_KEY", "sk-test-new-" + "4" * 20)
+    events = rows(db, "SELECT seq, type FROM events")
+    with read_only(db):
+        code, out, err = run(capsys, "keys", "add", "fake", "env:NEW_KEY", "--db", str(db))
+        one_line(code, out, err, 74)
+        assert "read-only" in err
+        assert run(capsys, "keys", "list", "--db", str(db))[0] == 0  # reading still works
+    for name in ("events.db-wal", "events.db-shm"):
+        (db.parent / name).unlink(missing_ok=True)  # a cleanly closed log needs neither
+    with read_only(db.parent):
+        code, out, err = run(capsys, "keys", "add", "fake", "env:NEW_KEY", "--db", str(db))
+        one_line(code, out, err, 74)
+    assert rows(db, "SELECT seq, type FROM events") == events
+
+
+def test_a_write_waits_for_a_daemon_busy_writing_and_loses_nothing(
+    stopped: InProcessDaemon, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    db = stopped.db
+    monkeypatch.setenv("NEW_KEY", "sk-test-new-" + "4" * 20)
+    writer = apsw.Connection(str(db))
+    writer.execute("BEGIN IMMEDIATE")  # a writer mid-transaction holds the write lock
+    release = threading.Timer(1.0, lambda: writer.execute("COMMIT"))
+    release.start()
+    try:
+        code, out, err = run(capsys, "keys", "add", "fake", "env:NEW_KEY", "--db", str(db))
+    finally:
+        release.join()
+        writer.close()
+    new = fingerprint("sk-test-new-" + "4" * 20)
+    assert (code, out, err) == (0, f"fake {new} env:NEW_KEY: added\n", "")
+    assert rows(db, "SELECT count(*) FROM view_credentials WHERE fingerprint = "
+                f"'{new}'") == [(1,)]
+
+
+def test_get_keys_takes_only_what_it_should(
+    daemons: Daemons,
+) -> None:
+    daemon = daemons.start()
+    a, b = (fingerprint(daemons.key(k)) for k in ("FAKE_KEY_A", "FAKE_KEY_B"))
+    expected = {"keys": [{"provider": "fake", "fingerprint": fp, "in_flight": 0}
+                         for fp in (a, b)]}
+    auth = {"authorization": f"Bearer {daemon.token}"}
+    with httpx.Client(base_url=f"http://127.0.0.1:{daemon.port}", timeout=10) as http:
+        assert http.get("/v1/keys?x=1&keys=all", headers=auth).json() == expected
+        assert http.request("GET", "/v1/keys", headers=auth, content=b"{" * 5000).json() == (
+            expected)
+        head = http.head("/v1/keys", headers=auth)
+        assert head.status_code == 405 and head.headers["allow"] == "GET"
+        for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
+            answer = http.request(method, "/v1/keys", headers=auth, content=b"x")
+            assert answer.status_code == 405 and answer.headers["allow"] == "GET", method
+        for headers in ({}, {"authorization": "Bearer wrong"},
+                        {"authorization": f"Basic {daemon.token}"},
+                        {"authorization": f"Bearer {daemon.token}x"}):
+            answer = http.get("/v1/keys", headers=headers)
+            assert answer.status_code == 401 and daemon.token not in answer.text
+        for path in ("/v1/keys/", "/v1/keys/fake", "/v1//keys", "/V1/KEYS"):
+            assert http.get(path, headers=auth).status_code == 404, path
+        # Concurrent with calls: every answer is a key list, the counts never negative.
+        with ThreadPoolExecutor(4) as pool:
+            calls = [pool.submit(ask, daemon, f"s{i}",
+                                 extra_body={"fake": {"delay_ms": 300}}) for i in range(4)]
+            seen = []
+            while not all(c.done() for c in calls):
+                answer = http.get("/v1/keys", headers=auth)
+                assert answer.status_code == 200
+                seen.append(sum(k["in_flight"] for k in answer.json()["keys"]))
+            assert all(c.result().http_response.status_code == 200 for c in calls)
+        assert max(seen) > 0 and min(seen) >= 0
+        assert http.get("/v1/keys", headers=auth).json() == expected
+    secrets = [daemons.key("FAKE_KEY_A"), daemons.key("FAKE_KEY_B")]
+    assert not any(s in json.dumps(seen) for s in secrets)
