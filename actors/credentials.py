@@ -10,7 +10,9 @@ and a lease for it fails with the same reason.
 At start the actor reconciles the configuration with the log: a key not yet in
 ``view_credentials`` is recorded as CredentialAdded, a recorded key no longer
 configured as CredentialRemoved; that append is synchronous, so a store failure stops
-the actor's start (and the daemon's) instead of being lost.
+the actor's start (and the daemon's) instead of being lost. A configured key the
+operator removed (``keys remove``) stays out, with a warning, until ``keys add`` puts
+it back: the config naming it does not undo the operator's removal.
 
 Leases are memory only: which key served a call is recorded in the call's completion,
 and the number of leases in flight restarts at zero with the process (no call of the
@@ -90,6 +92,17 @@ def _operator_keys(history: list[Event]) -> dict[str, str]:
     return keys
 
 
+def _operator_removed(history: list[Event]) -> set[str]:
+    """The keys ``keys remove`` took out and nothing added back since."""
+    removed: set[str] = set()
+    for event in history:
+        if isinstance(event, CredentialRemoved) and event.reason == OPERATOR:
+            removed.add(event.fingerprint)
+        elif isinstance(event, CredentialAdded):
+            removed.discard(event.fingerprint)
+    return removed
+
+
 def credentials_stream(provider: str) -> str:
     """The stream of a provider's pool."""
     return f"credentials-{provider}"
@@ -162,10 +175,17 @@ class CredentialPoolActor(GovernedActor):
             self._polled[provider.name] = time.monotonic()
             known = recorded.pop(provider.name, {})
             problems: list[str] = []
+            removed = _operator_removed(history)
             for ref in provider.keys:
                 secret = self._resolve(ref, problems)
                 if secret is not None:
                     key = KeyState(ref, secret)
+                    if key.fingerprint in removed:
+                        # The operator's removal outlives a restart: a leaked key taken
+                        # out by hand must not come back because the config still names it.
+                        problems.append(f"{ref} ({key.fingerprint}) was removed with "
+                                        "`sessionwarden keys remove` (`keys add` puts it back)")
+                        continue
                     key.leases = known.get(key.fingerprint, ("", 0))[1]
                     pool.keys.append(key)
             added = _operator_keys(history)
@@ -279,7 +299,9 @@ class CredentialPoolActor(GovernedActor):
                                len(problems), len(provider.keys), "; ".join(problems))
             return
         if problems:
-            why = "; ".join(problems) + " (set a key and restart sessionwarden)"
+            removed = all("keys remove" in p for p in problems)  # each says what to do
+            why = "; ".join(problems) + ("" if removed else
+                                         " (set a key and restart sessionwarden)")
         else:
             why = 'it has no keys (add keys = ["env:NAME"] to its [[providers]] entry)'
         self._unusable[provider.name] = why

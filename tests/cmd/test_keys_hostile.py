@@ -459,3 +459,36 @@ def test_get_keys_takes_only_what_it_should(
         assert http.get("/v1/keys", headers=auth).json() == expected
     secrets = [daemons.key("FAKE_KEY_A"), daemons.key("FAKE_KEY_B")]
     assert not any(s in json.dumps(seen) for s in secrets)
+
+
+def test_a_configured_key_removed_by_hand_stays_out_after_a_restart(
+    daemons: Daemons, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    daemon = daemons.start()
+    db = str(daemon.db)
+    a, b = (fingerprint(daemons.key(k)) for k in ("FAKE_KEY_A", "FAKE_KEY_B"))
+    assert run(capsys, "keys", "remove", "fake", a, "--db", db)[0] == 0  # a leaked key
+    daemon.stop()
+    again = daemons.start()  # its config still names FAKE_KEY_A
+    for i in range(3):
+        assert ask(again, f"s{i}").http_response.status_code == 200
+    assert "FAKE_KEY_A" not in daemons.used()  # fill_first would have taken A first
+    rows = {r["fingerprint"]: r["state"] for r in json.loads(
+        run(capsys, "keys", "list", "--json", "--db", db)[1])}
+    assert rows == {a: "removed", b: "ok"}
+    monkeypatch.setenv("FAKE_KEY_A", daemons.key("FAKE_KEY_A"))
+    assert run(capsys, "keys", "add", "fake", "env:FAKE_KEY_A", "--db", db)[0] == 0
+    again.stop()
+    third = daemons.start()
+    ask(third)
+    assert daemons.used()[-1] == "FAKE_KEY_A"  # put back by hand: in the pool again
+    assert run(capsys, "keys", "remove", "fake", b, "--db", db)[0] == 0
+    assert run(capsys, "keys", "remove", "fake", a, "--db", db)[0] == 0
+    third.stop()
+    last = daemons.start()  # every configured key removed by hand: it says so
+    with httpx.Client(base_url=f"http://127.0.0.1:{last.port}", timeout=10,
+                      headers={"authorization": f"Bearer {last.token}"}) as http:
+        answer = http.post("/v1/chat/completions", json={
+            "model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]})
+    assert answer.status_code == 503 and "keys add" in answer.json()["error"]["message"]
+    assert "restart" not in answer.json()["error"]["message"]
