@@ -175,12 +175,12 @@ class CredentialPoolActor(GovernedActor):
             self._polled[provider.name] = time.monotonic()
             known = recorded.pop(provider.name, {})
             problems: list[str] = []
-            removed = _operator_removed(history)
+            taken_out = _operator_removed(history)
             for ref in provider.keys:
                 secret = self._resolve(ref, problems)
                 if secret is not None:
                     key = KeyState(ref, secret)
-                    if key.fingerprint in removed:
+                    if key.fingerprint in taken_out:
                         # The operator's removal outlives a restart: a leaked key taken
                         # out by hand must not come back because the config still names it.
                         problems.append(f"{ref} ({key.fingerprint}) was removed with "
