@@ -253,6 +253,9 @@ def _add(db: Path, provider: str, ref: str) -> int:
     _append(db, provider, [CredentialAdded(provider=provider, ref=ref, fingerprint=fp,
                                            source=OPERATOR)])
     print(f"{provider} {fp} {ref}: added")
+    if not pool.keys:  # a typo, or a configured provider that had no key: say which counts
+        print(f"sessionwarden: note: {provider} had no key in the log; a daemon uses this "
+              f"one only if its config has a provider named {provider}", file=sys.stderr)
     return 0
 
 

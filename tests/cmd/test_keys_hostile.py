@@ -32,7 +32,7 @@ from sessionwarden.store import EventLog
 
 from tests.cmd.daemon_fixtures import query_db
 from tests.cmd.inprocess import InProcessDaemon
-from tests.cmd.key_fixtures import GENUINE, Daemons, ask
+from tests.cmd.key_fixtures import GENUINE, REVOKED, TRANSIENT, Daemons, ask
 
 #: A key as a user would paste it: the shape the redactor's patterns know.
 LITERAL = "sk-proj-" + "Q7x9" * 10
@@ -173,8 +173,13 @@ def test_the_same_key_under_another_reference_is_already_in_the_pool(
     monkeypatch.setenv("SAME_AS_A", daemons.key("FAKE_KEY_A"))
     code, out, _ = run(capsys, "keys", "add", "fake", "env:SAME_AS_A", "--db", str(daemon.db))
     assert code == 0 and out == f"fake {a}: already in the pool (as env:FAKE_KEY_A)\n"
+    code, out, err = run(capsys, "keys", "add", "fkae", "env:SAME_AS_A", "--db", str(daemon.db))
+    assert code == 0 and out == f"fkae {a} env:SAME_AS_A: added\n"  # a typo, or a keyless one
+    assert err == ("sessionwarden: note: fkae had no key in the log; a daemon uses this one "
+                   "only if its config has a provider named fkae\n")
     listed = json.loads(run(capsys, "keys", "list", "--json", "--db", str(daemon.db))[1])
-    assert [r["ref"] for r in listed if r["fingerprint"] == a] == ["env:FAKE_KEY_A"]
+    assert [r["ref"] for r in listed if r["fingerprint"] == a and r["provider"] == "fake"] == [
+        "env:FAKE_KEY_A"]
     no_secret_beside(daemon.db, [daemons.key("FAKE_KEY_A")])
 
 
@@ -492,3 +497,24 @@ def test_a_configured_key_removed_by_hand_stays_out_after_a_restart(
             "model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]})
     assert answer.status_code == 503 and "keys add" in answer.json()["error"]["message"]
     assert "restart" not in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("answer", [{}, TRANSIENT, REVOKED])
+def test_a_key_removed_while_it_serves_a_call(
+    daemons: Daemons, capsys: pytest.CaptureFixture[str], answer: dict[str, object],
+) -> None:
+    daemon = daemons.start()
+    a = fingerprint(daemons.key("FAKE_KEY_A"))
+    daemons.steer("FAKE_KEY_A", {**answer, "delay_ms": 1000})  # fill_first: A serves first
+    with ThreadPoolExecutor(1) as pool:
+        flying = pool.submit(ask, daemon, "flying")
+        time.sleep(0.3)
+        assert run(capsys, "keys", "remove", "fake", a, "--db", str(daemon.db))[0] == 0
+        time.sleep(0.6)
+        assert ask(daemon, "next").http_response.status_code == 200  # the pool drops A
+        # A's own call ends as its answer says: served, or failed over to B.
+        assert flying.result().http_response.status_code == 200
+    assert ask(daemon, "after").http_response.status_code == 200
+    assert daemons.used()[1:] == ["FAKE_KEY_B"] * (len(daemons.used()) - 1)
+    listed = json.loads(run(capsys, "keys", "list", "--json", "--db", str(daemon.db))[1])
+    assert {r["fingerprint"]: r["state"] for r in listed}[a] == "removed"
