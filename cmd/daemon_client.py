@@ -22,6 +22,7 @@ command to print; nothing raises, and the token is never printed.
 import http.client
 import ipaddress
 import os
+import re
 import socket
 import threading
 import time
@@ -42,6 +43,8 @@ TIMEOUT_S = 2.0
 #: The answer lists every key of every pool: a few KiB; more is not the daemon's.
 _MAX_ANSWER = 1 << 20
 _TOKEN_ENV = "SESSIONWARDEN_TOKEN"
+#: A bearer token as a header carries it and the daemon compares it: printable ASCII.
+_TOKEN = re.compile(r"[\x20-\x7e]{1,4096}")
 
 
 class _Key(msgspec.Struct, frozen=True):
@@ -138,6 +141,11 @@ def leases_in_flight(db: Path, environ: Mapping[str, str] | None = None) -> InFl
     if token is None:
         return InFlight(None, f"{who} runs, but its token is not readable here "
                               f"(set {_TOKEN_ENV})")
+    if not _TOKEN.fullmatch(token):
+        # Never sent, never echoed: a line break would forge headers, and an error
+        # naming the header would print the token.
+        return InFlight(None, f"the token here is not one a daemon could have: printable "
+                              f"ASCII only (check {_TOKEN_ENV} or the token file)")
     where = f"http://{address[0]}:{address[1]}" if ":" not in address[0] else (
         f"http://[{address[0]}]:{address[1]}")
     deadline = time.monotonic() + TIMEOUT_S

@@ -518,3 +518,20 @@ def test_a_key_removed_while_it_serves_a_call(
     assert daemons.used()[1:] == ["FAKE_KEY_B"] * (len(daemons.used()) - 1)
     listed = json.loads(run(capsys, "keys", "list", "--json", "--db", str(daemon.db))[1])
     assert {r["fingerprint"]: r["state"] for r in listed}[a] == "removed"
+
+
+@pytest.mark.parametrize("token", ["swt-abc\r\nX-Evil: 1", "swt-t\u00f6k\u20ac", "swt-a\x7fb"])
+def test_a_token_no_header_can_carry_is_never_sent_nor_echoed(
+    tmp_path: Path, catcher: _Catcher, token: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    db = tmp_path / "events.db"
+    EventLog(db, projections=default_projections()).close()
+    announce(db, f"http://127.0.0.1:{catcher.port}")
+    monkeypatch.setenv("SESSIONWARDEN_TOKEN", token)
+    code, out, err = run(capsys, "keys", "list", "--db", str(db))
+    assert (code, out) == (0, "no keys recorded\n")
+    assert err == ("sessionwarden: leases in flight unknown: the token here is not one a "
+                   "daemon could have: printable ASCII only (check SESSIONWARDEN_TOKEN or the "
+                   "token file)\n")
+    assert not catcher.received
