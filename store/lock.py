@@ -68,7 +68,10 @@ class InstanceLock:
         self._fd = fd
         # A leftover file may have been made open to others: a command believes the
         # announcement only from a file no one else could have written.
-        os.fchmod(fd, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+        except OSError:
+            pass  # another user's file: still a claim, but its announcement is not believed
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
