@@ -33,7 +33,7 @@ from sessionwarden.redact import default_redactor
 from sessionwarden.store import default_db_path
 from sessionwarden.store.errors import CorruptStore, StoreUnavailable
 
-__all__ = ["Parser", "build_parser", "database", "main"]
+__all__ = ["Parser", "build_parser", "database", "internal_error", "main"]
 
 #: Exit code for a database that cannot be opened or is corrupt (EX_IOERR / EX_DATAERR).
 EXIT_UNAVAILABLE = 74
@@ -146,6 +146,16 @@ def _warn(message: str) -> None:
     print(f"sessionwarden: warning: {message}", file=sys.stderr)
 
 
+def internal_error(exc: BaseException) -> str:
+    """The one line a bug becomes, passed through the redactor's patterns.
+
+    A library's message may quote what it was given: a header with a token, an argument
+    with a key.
+    """
+    text = default_redactor.redact(f"{type(exc).__name__}: {exc}")
+    return f"sessionwarden: internal error ({text}); rerun with --debug for details"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (and exits with it as a script)."""
     parser = build_parser()
@@ -179,11 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        print(
-            f"sessionwarden: internal error ({type(exc).__name__}: {exc}); "
-            "rerun with --debug for details",
-            file=sys.stderr,
-        )
+        print(internal_error(exc), file=sys.stderr)
         code = 70
     finally:
         os.umask(umask)

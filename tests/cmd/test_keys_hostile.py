@@ -25,7 +25,7 @@ import httpx
 import pytest
 from sessionwarden.cmd import daemon_client
 from sessionwarden.cmd.daemon_client import leases_in_flight
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.main import internal_error, main
 from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.redact import fingerprint
 from sessionwarden.store import EventLog
@@ -535,3 +535,12 @@ def test_a_token_no_header_can_carry_is_never_sent_nor_echoed(
                    "daemon could have: printable ASCII only (check SESSIONWARDEN_TOKEN or the "
                    "token file)\n")
     assert not catcher.received
+
+
+def test_an_internal_error_quoting_a_secret_prints_none() -> None:
+    # What http.client raised for a token with a line break before the token was checked.
+    bug = ValueError(f"Invalid header value b'Bearer {LITERAL}\\r\\nX: 1' (api_key={LITERAL})")
+    line = internal_error(bug)
+    assert LITERAL not in line and LITERAL[:12] not in line
+    assert line.startswith("sessionwarden: internal error (ValueError: Invalid header value")
+    assert line.endswith("; rerun with --debug for details") and "\n" not in line
