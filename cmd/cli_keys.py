@@ -10,8 +10,14 @@
   resolved in this shell to fingerprint it; the daemon resolves it in its own
   environment and takes it only if it holds the same key.
 - ``keys remove PROVIDER FP`` and ``keys reset PROVIDER FP`` (a benched or dead key back
-  to ``ok``).
+  to ``ok``). ``FP`` is a whole fingerprint, any hex case; a prefix is refused (a remove
+  names exactly one key).
 - ``breaker list [--json]`` and ``breaker reset PROVIDER``.
+
+Hostile input gets one line and exit 64, and is never echoed when it might be a key: a
+``PROVIDER`` or ``FP`` the redactor's patterns take for one (a key pasted in the wrong
+place) is refused without being quoted; a provider name follows the configuration's
+rule, so no control character reaches a stream name or a terminal.
 
 Each change is an event appended to the provider's stream (``credentials-<provider>``,
 ``ratelimits-<provider>``), so it works with the daemon stopped, and a running daemon
