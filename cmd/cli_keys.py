@@ -35,7 +35,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import apsw
 import msgspec
 from sessionwarden.actors.key_health import OPERATOR, ProviderHealth, health_streams, in_order
 from sessionwarden.cmd.daemon_client import leases_in_flight
@@ -55,7 +54,6 @@ from sessionwarden.events import (
 )
 from sessionwarden.redact import MIN_SECRET_LENGTH, default_redactor, fingerprint
 from sessionwarden.store import ANY, EventLog, NewEvent, StreamAppend
-from sessionwarden.store.schema import translate
 
 __all__ = ["add_keys_commands", "key_rows", "provider_events"]
 
@@ -184,12 +182,9 @@ def _append(db: Path, provider: str, events: list[Event]) -> None:
         data = CODEC.encode(event)
         stream = limits if isinstance(event, BreakerChanged) else pool
         encoded[stream].append(NewEvent(data.type, data.data, data.schema_version))
-    try:
-        with EventLog(db, projections=default_projections()) as log:
-            log.append_batch([StreamAppend(stream, tuple(found), ANY)
-                              for stream, found in encoded.items() if found])
-    except apsw.Error as exc:  # the store's open leaves some untranslated (a read-only file)
-        raise translate(exc, db) from None
+    with EventLog(db, projections=default_projections()) as log:
+        log.append_batch([StreamAppend(stream, tuple(found), ANY)
+                          for stream, found in encoded.items() if found])
 
 
 def run_keys(args: argparse.Namespace, db: Path) -> int:

@@ -87,13 +87,23 @@ class EventLog:
             retry_busy(lambda: ensure_schema(conn, self.path), budget_s=busy_budget_s)
             retry_busy(lambda: self._create_views(conn), budget_s=busy_budget_s)
             if autocheckpoint:  # without it the WAL never restarts: nothing to presize
-                retry_busy(lambda: presize_wal(conn), budget_s=busy_budget_s)
+                retry_busy(lambda: self._presize(conn), budget_s=busy_budget_s)
         except BaseException:
             conn.close()
             raise
         self._writer = GroupCommitWriter(
             conn, self.path, self.projections, clock=clock, busy_budget_s=busy_budget_s
         )
+
+    def _presize(self, conn: apsw.Connection) -> None:
+        # A read-only file or a full disk is the store's error, one line for the user;
+        # busy stays apsw's, for retry_busy to wait on.
+        try:
+            presize_wal(conn)
+        except apsw.BusyError:
+            raise
+        except apsw.Error as exc:
+            raise translate(exc, self.path) from None
 
     def _create_views(self, conn: apsw.Connection) -> None:
         if not self.projections:

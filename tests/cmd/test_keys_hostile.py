@@ -30,7 +30,7 @@ from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.redact import fingerprint
 from sessionwarden.store import EventLog
 
-from tests.cmd.daemon_fixtures import query_db
+from tests.cmd.daemon_fixtures import clean_env, query_db, sessionwarden_cmd
 from tests.cmd.inprocess import InProcessDaemon
 from tests.cmd.key_fixtures import GENUINE, REVOKED, TRANSIENT, Daemons, ask
 
@@ -403,6 +403,22 @@ def test_a_log_that_cannot_be_written_gets_one_line_and_loses_nothing(
         code, out, err = run(capsys, "keys", "add", "fake", "env:NEW_KEY", "--db", str(db))
         one_line(code, out, err, 74)
     assert rows(db, "SELECT seq, type FROM events") == events
+
+
+def test_a_daemon_started_on_a_read_only_log_says_so_in_one_line(
+    stopped: InProcessDaemon,
+) -> None:
+    # The WAL's presizing at open let SQLite's ReadOnlyError escape: "internal error", 70.
+    env = clean_env() | {"SESSIONWARDEN_TOKEN": "swt-" + "5" * 32}
+    for name in ("events.db-wal", "events.db-shm"):
+        (stopped.db.parent / name).unlink(missing_ok=True)
+    with read_only(stopped.db):
+        result = subprocess.run(
+            [*sessionwarden_cmd(), "daemon", "--db", str(stopped.db), "--port", "0"],
+            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 74, result.stderr
+    assert result.stderr.endswith(f"sessionwarden: {stopped.db}: the database is read-only\n")
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
 
 
 def test_a_write_waits_for_a_daemon_busy_writing_and_loses_nothing(
