@@ -46,24 +46,27 @@ _RNG = random.Random()
 
 
 async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
-                    body: bytes, adapter: ChatCompletions) -> bool:
+                    body: bytes, adapter: ChatCompletions, *, streamed: bool = False) -> bool:
     """Judge an error answer; on a key's own failure, take the next key (True).
 
     The key is benched first (the pool replies once that is durable), so the next lease
     avoids it; each key is tried at most once per call, and a rotation is not a retry.
+    ``streamed``: ``body`` is the error event a 200 stream began with (judged by its
+    code and words, as an answer without an error status).
     """
     assert call.lease is not None
     now = rt.clock.now()
+    status = 0 if streamed else response.status
     last_known, age = None, 0.0
-    if response.status == 429:  # a limit the key hit earlier may make this one genuine
+    if status == 429:  # a limit the key hit earlier may make this one genuine
         last_known, age = await asyncio.to_thread(
             _last_known, rt, call.provider.name, call.lease.fingerprint, now)
-    found = classify(response.status, {k.lower(): v for k, v in response.headers.items()},
+    found = classify(status, {k.lower(): v for k, v in response.headers.items()},
                      body, now=now, last_known=last_known, last_known_age=age,
                      provider=call.provider.name, api_mode=call.provider.api_mode,
                      shared_limits=call.provider.shared_limits, book=rt.patterns)
     call.error_class = found.error_class
-    failure = key_failure(found, response.status, now, call.provider.shared_limits)
+    failure = key_failure(found, status, now, call.provider.shared_limits)
     lease = call.lease
     try:
         await ask(rt.ref("credentials"), KeyFailed(lease.provider, lease.fingerprint, failure))

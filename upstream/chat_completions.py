@@ -181,6 +181,22 @@ class ChatCompletions:
             output = text_chars(choices[0].get("message"))
         return ResponseFacts(decoded.get("usage"), True, output)
 
+    def stream_error(self, head: bytes) -> bytes | None:
+        """The data of a stream's first event if it is an error, else None.
+
+        Some upstreams answer 200 and then an error event (``data: {"error": ...}``)
+        instead of an error status; seen before anything was relayed, it is judged as
+        an error answer would be.
+        """
+        end = min((at for at in (head.find(b"\n\n"), head.find(b"\r\n\r\n")) if at >= 0),
+                  default=-1)
+        data = sse_data(head[:end] if end >= 0 else head)
+        parsed = _decode_or_none(data)
+        if isinstance(parsed, dict) and parsed.get("error") is not None \
+                and not parsed.get("choices"):
+            return data
+        return None
+
     def stream(self, injected: bool, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
                ) -> "ChatStream":
         """A reader for one streamed response."""

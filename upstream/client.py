@@ -14,9 +14,11 @@ satisfy :class:`UpstreamResponse`, the little the proxy reads of a response.
 Headers: what the client sent is forwarded upstream minus ours (auth, session), hop-by-hop
 headers and those describing a body we re-encode; the key goes in the adapter's auth
 header. What the upstream answered is relayed minus hop-by-hop headers and the ones the
-daemon sets itself.
+daemon sets itself, byte for byte, and minus any that could not be sent on (a control
+character in it). An error answer is read at most so far (:func:`read_at_most`).
 """
 
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
@@ -26,7 +28,7 @@ from sessionwarden.upstream.sim import simulate
 
 __all__ = [
     "DROP_DOWN", "DROP_UP", "ResponseBody", "UpstreamClient", "UpstreamResponse",
-    "forwarded_headers",
+    "forwarded_headers", "read_at_most", "read_first_event", "relayed_headers",
 ]
 
 #: Never forwarded upstream: ours (auth, session), hop-by-hop, or recomputed by the client.
@@ -45,6 +47,63 @@ DROP_DOWN = frozenset({
     # the daemon's own: an upstream must not forge a call id or a credit notice
     "x-sessionwarden-call-id", "x-sessionwarden-notice",
 })
+
+
+#: What no header line may hold: control characters (a tab aside), and in a name also
+#: the separators of RFC 9110's token (an ASGI server refuses to send either).
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_BAD_NAME = re.compile(rb'[\x00-\x20\x7f()<>@,;:\\"/\[\]?={}]')
+
+
+def relayed_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    """An answer's headers as the client gets them: minus :data:`DROP_DOWN`, as bytes.
+
+    The bytes are the upstream's own (aiohttp decodes them as UTF-8 with
+    ``surrogateescape``, which this undoes exactly): a value outside Latin-1 is relayed
+    as sent, not turned into an error. A header that could not be sent on, its name or
+    value holding a control character, is left out.
+    """
+    out: list[tuple[bytes, bytes]] = []
+    for name, value in headers.items():
+        if name.lower() in DROP_DOWN:
+            continue
+        raw_name = name.encode("utf-8", "surrogateescape")
+        raw_value = value.encode("utf-8", "surrogateescape")
+        if raw_name and not _BAD_NAME.search(raw_name) and not _BAD_VALUE.search(raw_value):
+            out.append((raw_name, raw_value))
+    return out
+
+
+async def read_at_most(body: "ResponseBody", limit: int) -> tuple[bytes, bool]:
+    """Up to ``limit`` bytes of a body, and whether it had more (then it is left unread).
+
+    Error answers are read whole before anything is relayed: without a bound, an
+    upstream could make the daemon hold any amount of memory for one.
+    """
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in body.iter_any():
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(parts)[:limit], True
+    return b"".join(parts), False
+
+
+async def read_first_event(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """A stream's first bytes, up to the end of its first server-sent event.
+
+    Reads from ``chunks`` until an event has ended, ``limit`` bytes have come, or the
+    stream ends; what follows in the last chunk read comes along. The caller relays
+    these bytes first, then the rest of ``chunks``.
+    """
+    head = b""
+    while b"\n\n" not in head and b"\r\n\r\n" not in head and len(head) < limit:
+        chunk = await anext(chunks, None)
+        if chunk is None:
+            break
+        head += chunk
+    return head
 
 
 def forwarded_headers(client: Mapping[str, str], auth: Mapping[str, str]) -> dict[str, str]:
