@@ -351,7 +351,9 @@ async def _relay_plain(
                                has_output=facts.has_output, output_chars=facts.output_chars,
                                rate_limit_headers=limits)
     else:
-        began = default_redactor.redact_bytes(body[:1024]).decode(errors="replace")
+        # Redacted whole before it is cut: a key cut in two would escape the redaction.
+        body = default_redactor.redact_bytes(body)
+        began = body[:1024].decode(errors="replace")
         if too_large:
             # Cut off, it would not parse: the client gets the status and a clean error.
             message = (f"the upstream answered {status} with an error body over "
@@ -359,8 +361,6 @@ async def _relay_plain(
                        f"{_short(began, 200)}")
             body = msgspec.json.encode({"error": {"message": message, "type": "upstream_error",
                                                   "code": "upstream_error_too_large"}})
-        else:
-            body = default_redactor.redact_bytes(body)
         outcome = call.outcome("upstream_error", status=status, rate_limit_headers=limits,
                                error=_short(began))
     if not await complete(rt, call, outcome):

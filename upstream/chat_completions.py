@@ -182,19 +182,21 @@ class ChatCompletions:
         return ResponseFacts(decoded.get("usage"), True, output)
 
     def stream_error(self, head: bytes) -> bytes | None:
-        """The data of a stream's first event if it is an error, else None.
+        """The data of a stream's first data event if it is an error, else None.
 
-        Some upstreams answer 200 and then an error event (``data: {"error": ...}``)
-        instead of an error status; seen before anything was relayed, it is judged as
-        an error answer would be.
+        Some upstreams answer 200 and then an error event (``data: {"error": ...}``;
+        OpenRouter's carries a ``choices`` with an empty delta) instead of an error
+        status; seen before anything was relayed, it is judged as an error answer is.
         """
-        end = min((at for at in (head.find(b"\n\n"), head.find(b"\r\n\r\n")) if at >= 0),
-                  default=-1)
-        data = sse_data(head[:end] if end >= 0 else head)
-        parsed = _decode_or_none(data)
-        if isinstance(parsed, dict) and parsed.get("error") is not None \
-                and not parsed.get("choices"):
-            return data
+        for event in SseFramer(len(head) + 1).feed(head):
+            data = sse_data(event)
+            if data is None:
+                continue  # a comment
+            parsed = _decode_or_none(data)
+            if isinstance(parsed, dict) and parsed.get("error") is not None \
+                    and not _delta_chars(parsed):
+                return data
+            return None
         return None
 
     def stream(self, injected: bool, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES

@@ -18,17 +18,21 @@ daemon sets itself, byte for byte, and minus any that could not be sent on (a co
 character in it). An error answer is read at most so far (:func:`read_at_most`).
 """
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import aiohttp
 from sessionwarden.config import ProviderConfig
+from sessionwarden.upstream.errors import EventTooLarge
 from sessionwarden.upstream.sim import simulate
+from sessionwarden.upstream.sse import SseFramer, sse_data
 
 __all__ = [
-    "DROP_DOWN", "DROP_UP", "ResponseBody", "UpstreamClient", "UpstreamResponse",
-    "forwarded_headers", "read_at_most", "read_first_event", "relayed_headers",
+    "DROP_DOWN", "DROP_UP", "FIRST_EVENT_PATIENCE_S", "ResponseBody", "UpstreamClient",
+    "UpstreamResponse", "forwarded_headers", "read_at_most", "read_first_event",
+    "relayed_headers",
 ]
 
 #: Never forwarded upstream: ours (auth, session), hop-by-hop, or recomputed by the client.
@@ -49,6 +53,8 @@ DROP_DOWN = frozenset({
 })
 
 
+#: How long comments that open a stream are held back with its first data event.
+FIRST_EVENT_PATIENCE_S = 5.0
 #: What no header line may hold: control characters (a tab aside), and in a name also
 #: the separators of RFC 9110's token (an ASGI server refuses to send either).
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
@@ -90,20 +96,36 @@ async def read_at_most(body: "ResponseBody", limit: int) -> tuple[bytes, bool]:
     return b"".join(parts), False
 
 
-async def read_first_event(chunks: AsyncIterator[bytes], limit: int) -> bytes:
-    """A stream's first bytes, up to the end of its first server-sent event.
+async def read_first_event(chunks: AsyncIterator[bytes], limit: int,
+                           patience: float | None = None) -> bytes:
+    """A stream's first bytes, up to the end of its first event that carries data.
 
-    Reads from ``chunks`` until an event has ended, ``limit`` bytes have come, or the
-    stream ends; what follows in the last chunk read comes along. The caller relays
-    these bytes first, then the rest of ``chunks``.
+    Comments before it (keep-alives such as OpenRouter's ``: OPENROUTER PROCESSING``)
+    are held with it, but only while ``patience`` seconds have not passed when one
+    arrives (:data:`FIRST_EVENT_PATIENCE_S` unless given): a client kept waiting by a
+    slow model still gets them. Stops at ``limit``
+    bytes or the stream's end too; what follows in the last chunk read comes along. The
+    caller relays these bytes first, then the rest of ``chunks``.
     """
-    head = b""
-    while b"\n\n" not in head and b"\r\n\r\n" not in head and len(head) < limit:
+    if patience is None:
+        patience = FIRST_EVENT_PATIENCE_S
+    framer = SseFramer(limit)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    head = bytearray()
+    while len(head) < limit:
         chunk = await anext(chunks, None)
         if chunk is None:
             break
         head += chunk
-    return head
+        try:
+            events = framer.feed(chunk)
+        except EventTooLarge:
+            break
+        if any(sse_data(event) is not None for event in events) \
+                or loop.time() - began >= patience:
+            break
+    return bytes(head)
 
 
 def forwarded_headers(client: Mapping[str, str], auth: Mapping[str, str]) -> dict[str, str]:

@@ -178,12 +178,13 @@ def test_a_429_whose_body_cannot_be_decoded_still_fails_over(daemons: Daemons) -
 
 
 def test_a_stream_that_opens_with_an_error_event_fails_over(daemons: Daemons) -> None:
+    # OpenRouter's way: keep-alive comments, then the error as the first data event.
     daemon = daemons.start()
     daemons.steer("FAKE_KEY_A", {"stream_error_at": 0, "error_message": "Rate limit exceeded",
-                                 "error_code": "rate_limit_exceeded"})
+                                 "error_code": "rate_limit_exceeded", "stream_comments": 2})
     resp = post(daemon, stream=True)
     assert resp.status_code == 200 and resp.text.endswith("data: [DONE]\n\n")
-    assert "error" not in resp.text
+    assert "error" not in resp.text and "PROCESSING" not in resp.text
     assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B"]
     [done] = ledger(daemon).values()
     assert done == ("ok", 200)
@@ -211,6 +212,24 @@ def test_a_stream_that_breaks_before_its_first_event_is_sent_again(daemons: Daem
     assert "error" not in resp.text
     assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_A"]  # a break is not the key's
     assert list(ledger(daemon).values()) == [("ok", 200)]
+
+
+def test_keep_alive_comments_are_held_only_so_long(
+    daemons: Daemons, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A slow model behind comments: they reach the client once the patience is out.
+    from sessionwarden.upstream import client as upstream_client
+
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", {"stream_comments": 3, "chunk_delay_ms": 150})
+    monkeypatch.setattr(upstream_client, "FIRST_EVENT_PATIENCE_S", 0.1)
+    with http(daemon) as client, client.stream("POST", "/v1/chat/completions", json={
+            "model": MODEL, "messages": HI, "stream": True}) as resp:
+        raw = resp.iter_raw()
+        first = next(raw)
+        rest = b"".join(raw)
+    assert first.startswith(b": PROCESSING\n\n") and b"data:" not in first
+    assert rest.endswith(b"data: [DONE]\n\n")
 
 
 # -- keys that cannot serve --------------------------------------------------------------

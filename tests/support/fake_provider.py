@@ -80,6 +80,7 @@ class FakeOptions:
     fail_first: int = 0  # with status or break_after_chunks: only this key's first N fail
     max_prompt_chars: int | None = None  # a longer prompt gets OpenAI's context-length 400
     stream_error_at: int | None = None  # a 200 stream ends with an error event after N events
+    stream_comments: int = 0  # keep-alive comments (": PROCESSING") before a stream's events
 
     @classmethod
     def parse(cls, body: dict[str, Any], headers: dict[str, str],
@@ -268,6 +269,10 @@ async def _sse(
         for _ in range(opts.junk_bytes // 65536):
             yield b"x" * 65536
         return
+    for _ in range(opts.stream_comments):
+        yield b": PROCESSING\n\n"
+        if opts.chunk_delay_ms:
+            await asyncio.sleep(opts.chunk_delay_ms / 1000)
     for i, event in enumerate(events):
         if opts.end_after_chunks is not None and i >= opts.end_after_chunks:
             return
@@ -275,9 +280,11 @@ async def _sse(
             raise ConnectionAbortedError("fake provider: connection broken on purpose")
         last = opts.stream_error_at is not None and i >= opts.stream_error_at
         if last:
+            # OpenRouter's shape: the error beside a choice that ends with it.
             error = {"message": opts.error_message or "fake provider stream error",
                      "type": "server_error", "code": opts.error_code}
-            event = f"data: {json.dumps({'error': error})}\n\n"
+            choice = {"index": 0, "delta": {"content": ""}, "finish_reason": "error"}
+            event = f"data: {json.dumps({'error': error, 'choices': [choice]})}\n\n"
         if opts.hang_after_chunks is not None and i >= opts.hang_after_chunks:
             while not closing.is_set():
                 await asyncio.sleep(0.02)
