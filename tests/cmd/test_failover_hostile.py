@@ -232,6 +232,22 @@ def test_keep_alive_comments_are_held_only_so_long(
     assert rest.endswith(b"data: [DONE]\n\n")
 
 
+def test_a_client_that_leaves_while_the_first_event_is_awaited_is_recorded_at_once(
+    daemons: Daemons
+) -> None:
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", {"stream_comments": 1, "chunk_delay_ms": 3000})
+    with pytest.raises(httpx.ReadTimeout), http(daemon) as client:
+        client.post("/v1/chat/completions", timeout=0.3,
+                    json={"model": MODEL, "messages": HI, "stream": True})
+    deadline = time.monotonic() + 2
+    while not ledger(daemon):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert list(ledger(daemon).values()) == [("client_disconnected", 200)]
+    assert in_flight(daemon) == [0, 0]
+
+
 # -- keys that cannot serve --------------------------------------------------------------
 
 
