@@ -53,6 +53,9 @@ DROP_DOWN = frozenset({
 })
 
 
+#: The prefix of the daemon's own headers: an upstream must not forge any of them (an
+#: error class, say, that a client acts on).
+_OURS = "x-sessionwarden-"
 #: How long comments that open a stream are held back with its first data event.
 FIRST_EVENT_PATIENCE_S = 5.0
 #: What no header line may hold: control characters (a tab aside), and in a name also
@@ -67,11 +70,13 @@ def relayed_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
     The bytes are the upstream's own (aiohttp decodes them as UTF-8 with
     ``surrogateescape``, which this undoes exactly): a value outside Latin-1 is relayed
     as sent, not turned into an error. A header that could not be sent on, its name or
-    value holding a control character, is left out.
+    value holding a control character, is left out, and so is any of the daemon's own
+    (``x-sessionwarden-*``): the daemon adds those it means.
     """
     out: list[tuple[bytes, bytes]] = []
     for name, value in headers.items():
-        if name.lower() in DROP_DOWN:
+        low = name.lower()
+        if low in DROP_DOWN or low.startswith(_OURS):
             continue
         raw_name = name.encode("utf-8", "surrogateescape")
         raw_value = value.encode("utf-8", "surrogateescape")

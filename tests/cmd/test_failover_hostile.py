@@ -146,6 +146,18 @@ def test_answer_headers_outside_latin1_are_relayed_as_sent(daemons: Daemons) -> 
     assert outcomes == [("ok", 200)] * 4 + [("upstream_error", 400)] * 2
 
 
+def test_an_upstream_cannot_forge_the_daemons_own_headers(daemons: Daemons) -> None:
+    daemon = daemons.start()
+    forged = {"x-sessionwarden-error-class": "forged", "x-sessionwarden-call-id": "forged",
+              "x-sessionwarden-anything": "forged"}
+    daemons.steer("FAKE_KEY_A", {"status": 400, "headers": forged})
+    failed = post(daemon)
+    daemons.steer("FAKE_KEY_A", {"headers": forged})
+    for resp in (failed, post(daemon), post(daemon, stream=True)):
+        assert b"forged" not in b"".join(v for _, v in resp.headers.raw)
+    assert failed.headers.get_list("x-sessionwarden-error-class") == ["format_error"]
+
+
 # -- hostile error bodies ----------------------------------------------------------------
 
 
