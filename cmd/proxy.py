@@ -63,7 +63,7 @@ from sessionwarden.upstream.client import (
 )
 from sessionwarden.upstream.errors import EventTooLarge, MalformedRequest
 
-__all__ = ["IMPLICIT_SESSION", "MAX_ERROR_BODY_BYTES", "chat_completions"]
+__all__ = ["IMPLICIT_SESSION", "MAX_ANSWER_BYTES", "MAX_ERROR_BODY_BYTES", "chat_completions"]
 
 IMPLICIT_SESSION = "implicit"
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
@@ -71,6 +71,9 @@ _CLIENT_WIRE = ChatCompletions()
 #: An error answer is read whole before anything is relayed, but never more than this:
 #: error bodies are small, and a huge one would be held in memory.
 MAX_ERROR_BODY_BYTES = 1 << 20
+#: A whole answer is read before it is relayed (its usage is recorded first): no real
+#: completion comes near this, and an endless one must not take the daemon's memory.
+MAX_ANSWER_BYTES = 64 << 20
 _NOT_RECORDED = ("sessionwarden could not record this call (its event log or actors are "
                  "unavailable); the upstream may have processed it")
 
@@ -322,7 +325,16 @@ async def _relay_plain(
     when ``too_large``).
     """
     try:
-        body = early if early is not None else await client.race(response.read())
+        if early is not None:
+            body = early
+        else:
+            body, over = await client.race(read_at_most(response.content, MAX_ANSWER_BYTES))
+            if over:  # a hostile or broken upstream: not held in memory, not relayed
+                response.close()
+                await _fail(rt, call, send, "truncated", 502, "the upstream's answer exceeded "
+                            f"{MAX_ANSWER_BYTES >> 20} MiB; it is not relayed",
+                            status=response.status)
+                return
     except ClientGone:
         response.close()  # unread: the connection cannot go back to the pool
         await complete(rt, call, call.outcome(

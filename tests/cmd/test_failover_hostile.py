@@ -175,6 +175,20 @@ def test_a_huge_error_body_is_read_bounded_and_answered_with_a_short_error(
     assert post(daemon, stream=True).status_code == 400  # a stream's error too
 
 
+def test_an_endless_answer_is_not_held_in_memory(
+    daemons: Daemons, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessionwarden.cmd import proxy
+
+    monkeypatch.setattr(proxy, "MAX_ANSWER_BYTES", 1 << 20)  # 64 MiB would be slow here
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", {"reply": "x" * (2 << 20)})
+    resp = post(daemon)
+    assert resp.status_code == 502 and "exceeded 1 MiB" in clean_error(resp)
+    assert list(ledger(daemon).values()) == [("truncated", 200)]
+    assert in_flight(daemon) == [0, 0]
+
+
 def test_a_429_whose_body_cannot_be_decoded_still_fails_over(daemons: Daemons) -> None:
     # Content-Encoding: gzip on a plain body: the status and headers came whole.
     daemon = daemons.start()
