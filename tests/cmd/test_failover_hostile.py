@@ -247,8 +247,8 @@ def test_keep_alive_comments_are_held_only_so_long(
     from sessionwarden.upstream import client as upstream_client
 
     daemon = daemons.start()
-    daemons.steer("FAKE_KEY_A", {"stream_comments": 3, "chunk_delay_ms": 150})
-    monkeypatch.setattr(upstream_client, "FIRST_EVENT_PATIENCE_S", 0.1)
+    daemons.steer("FAKE_KEY_A", {"stream_comments": 3, "chunk_delay_ms": 60})
+    monkeypatch.setattr(upstream_client, "FIRST_EVENT_PATIENCE_S", 0.03)
     with http(daemon) as client, client.stream("POST", "/v1/chat/completions", json={
             "model": MODEL, "messages": HI, "stream": True}) as resp:
         raw = resp.iter_raw()
@@ -327,7 +327,7 @@ def test_a_half_open_probe_that_hangs_frees_its_slot_after_the_probe_timeout(
     daemons.steer("FAKE_KEY_B", TRANSIENT)
     assert post(daemon).status_code == 429  # both cooling: the breaker opens
     daemons.fake.state.by_key.clear()
-    daemons.fake.state.by_model[MODEL] = {"delay_ms": 1500}  # the probe hangs
+    daemons.fake.state.by_model[MODEL] = {"delay_ms": 800}  # the probe hangs
     daemons.clock.advance(3)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         probe = pool.submit(post, daemon)
