@@ -63,7 +63,8 @@ from sessionwarden.upstream.client import (
 )
 from sessionwarden.upstream.errors import EventTooLarge, MalformedRequest
 
-__all__ = ["IMPLICIT_SESSION", "MAX_ANSWER_BYTES", "MAX_ERROR_BODY_BYTES", "chat_completions"]
+__all__ = ["ERROR_BODY_TIMEOUT_S", "IMPLICIT_SESSION", "MAX_ANSWER_BYTES",
+           "MAX_ERROR_BODY_BYTES", "chat_completions"]
 
 IMPLICIT_SESSION = "implicit"
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
@@ -71,6 +72,10 @@ _CLIENT_WIRE = ChatCompletions()
 #: An error answer is read whole before anything is relayed, but never more than this:
 #: error bodies are small, and a huge one would be held in memory.
 MAX_ERROR_BODY_BYTES = 1 << 20
+#: …and never waited for longer than this: it comes at once, and an upstream that
+#: sends a 429's headers and then holds its body must not hold the call for the whole
+#: read timeout (minutes, for slow models) before it can fail over.
+ERROR_BODY_TIMEOUT_S = 10.0
 #: A whole answer is read before it is relayed (its usage is recorded first): no real
 #: completion comes near this, and an endless one must not take the daemon's memory.
 MAX_ANSWER_BYTES = 64 << 20
@@ -276,8 +281,9 @@ async def _attempt(
             broke: Exception | None = None
             read = b""
             try:
-                read, too_large = await client.race(
-                    read_at_most(response.content, MAX_ERROR_BODY_BYTES))
+                async with asyncio.timeout(ERROR_BODY_TIMEOUT_S):
+                    read, too_large = await client.race(
+                        read_at_most(response.content, MAX_ERROR_BODY_BYTES))
             except ClientGone:
                 response.close()
                 await complete(rt, call, call.outcome(

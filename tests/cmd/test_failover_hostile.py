@@ -356,6 +356,8 @@ class RawUpstream:
 
     def __init__(self) -> None:
         self.answers: dict[str, bytes] = {}
+        #: Keys whose answer is followed by silence, the connection open.
+        self.hang: set[str] = set()
         self.seen: list[str] = []
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
@@ -372,15 +374,19 @@ class RawUpstream:
                 conn, _ = self._sock.accept()
             except OSError:
                 continue
-            with conn:
-                self._answer(conn)
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
-    def _answer(self, conn: socket.socket) -> None:
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            if self._answer(conn) in self.hang:
+                self._stop.wait(10)  # the connection stays open, silent
+
+    def _answer(self, conn: socket.socket) -> str:
         data = b""
         while b"\r\n\r\n" not in data:
             part = conn.recv(65536)
             if not part:
-                return
+                return ""
             data += part
         head, _, body = data.partition(b"\r\n\r\n")
         fields = (line.partition(":") for line in head.decode("latin-1").split("\r\n")[1:])
@@ -397,6 +403,7 @@ class RawUpstream:
             answer = raw_answer(200, b"content-type: application/json",
                                 b"content-length: %d" % len(ok)) + ok
         conn.sendall(answer)
+        return key
 
     def stop(self) -> None:
         self._stop.set()
@@ -446,6 +453,23 @@ def test_a_429_that_breaks_off_still_fails_over(
     assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == "fine"
     assert upstream.seen == [daemon.keys["FAKE_KEY_A"], daemon.keys["FAKE_KEY_B"]]
     assert list(ledger(daemon).values()) == [("ok", 200)]
+
+
+def test_a_429_whose_body_never_comes_fails_over_without_waiting_the_read_timeout(
+    raw: tuple[InProcessDaemon, RawUpstream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessionwarden.cmd import proxy
+
+    monkeypatch.setattr(proxy, "ERROR_BODY_TIMEOUT_S", 0.3)  # 10 s would be slow here
+    daemon, upstream = raw
+    a = daemon.keys["FAKE_KEY_A"]
+    upstream.answers[a] = raw_answer(429, _JSON, b"retry-after: 3",
+                                     b"content-length: 100") + b'{"error":'
+    upstream.hang.add(a)
+    started = time.monotonic()
+    resp = post(daemon)
+    assert resp.status_code == 200 and time.monotonic() - started < 3
+    assert upstream.seen == [a, daemon.keys["FAKE_KEY_B"]]
 
 
 def test_broken_error_answers_that_cannot_fail_over_get_a_clean_error(
