@@ -269,16 +269,14 @@ async def _sse(
         for _ in range(opts.junk_bytes // 65536):
             yield b"x" * 65536
         return
-    for _ in range(opts.stream_comments):
-        yield b": PROCESSING\n\n"
-        if opts.chunk_delay_ms:
-            await asyncio.sleep(opts.chunk_delay_ms / 1000)
+    events = [": PROCESSING\n\n"] * opts.stream_comments + events
     for i, event in enumerate(events):
         if opts.end_after_chunks is not None and i >= opts.end_after_chunks:
             return
         if opts.break_after_chunks is not None and i >= opts.break_after_chunks:
             raise ConnectionAbortedError("fake provider: connection broken on purpose")
-        last = opts.stream_error_at is not None and i >= opts.stream_error_at
+        last = opts.stream_error_at is not None and i >= opts.stream_error_at \
+            + opts.stream_comments
         if last:
             # OpenRouter's shape: the error beside a choice that ends with it.
             error = {"message": opts.error_message or "fake provider stream error",
