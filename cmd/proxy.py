@@ -157,6 +157,7 @@ async def chat_completions(
                          headers=[(b"retry-after", str(wait_s).encode())] if wait_s else ())
         return
     sent = verdict.request.body
+    call.admitted = verdict.request
     try:
         await take_lease(call, leasing)
     except KeysBenched as exc:
