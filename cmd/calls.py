@@ -71,6 +71,7 @@ class ProxiedCall:
     """
 
     __slots__ = (
+        "admitted",
         "attempts",
         "body",
         "call_id",
@@ -114,6 +115,8 @@ class ProxiedCall:
         #: The client's request as asked (governed again if the upstream finds it too
         #: long, once: ``resent``) and the body sent upstream now.
         self.client_request: CallRequest | None = None
+        #: The request as admitted (its fallback route is taken from it mid-call too).
+        self.admitted: CallRequest | None = None
         self.resent = False
         self.body = b""
         self.attempts: list[CallAttempt] = []

@@ -7,7 +7,8 @@ key and the breaker change before the reply), and for a failure of that key
 takes the next usable key (each key at most once per call: a rotation is not a retry);
 for a request the upstream finds too long it has the session's actor compress the
 history further and sends that, once; :func:`reroute` sends a call its provider cannot
-take (every key benched, the breaker open) to its model's fallback route;
+take (every key benched, the breaker open) to its model's fallback route, at its
+start or once its last key failed;
 for an overload, a 5xx or a timeout it waits and sends again with the same key, at
 most :data:`~sessionwarden.domain.classifier.MAX_RETRIES` times, jittered.
 :func:`retry_transport` does the same when no answer came at all. Each failed attempt
@@ -46,24 +47,27 @@ _RNG = random.Random()
 
 
 async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
-                    body: bytes, adapter: ChatCompletions) -> bool:
+                    body: bytes, adapter: ChatCompletions, *, streamed: bool = False) -> bool:
     """Judge an error answer; on a key's own failure, take the next key (True).
 
     The key is benched first (the pool replies once that is durable), so the next lease
     avoids it; each key is tried at most once per call, and a rotation is not a retry.
+    ``streamed``: ``body`` is the error event a 200 stream began with (judged by its
+    code and words, as an answer without an error status).
     """
     assert call.lease is not None
     now = rt.clock.now()
+    status = 0 if streamed else response.status
     last_known, age = None, 0.0
-    if response.status == 429:  # a limit the key hit earlier may make this one genuine
+    if status == 429:  # a limit the key hit earlier may make this one genuine
         last_known, age = await asyncio.to_thread(
             _last_known, rt, call.provider.name, call.lease.fingerprint, now)
-    found = classify(response.status, {k.lower(): v for k, v in response.headers.items()},
+    found = classify(status, {k.lower(): v for k, v in response.headers.items()},
                      body, now=now, last_known=last_known, last_known_age=age,
                      provider=call.provider.name, api_mode=call.provider.api_mode,
                      shared_limits=call.provider.shared_limits, book=rt.patterns)
     call.error_class = found.error_class
-    failure = key_failure(found, response.status, now, call.provider.shared_limits)
+    failure = key_failure(found, status, now, call.provider.shared_limits)
     lease = call.lease
     try:
         await ask(rt.ref("credentials"), KeyFailed(lease.provider, lease.fingerprint, failure))
@@ -78,6 +82,8 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
     try:
         following = await ask(rt.ref("credentials"),
                               Lease(lease.provider, call.call_id, tuple(call.tried)))
+    except KeysBenched as exc:  # no other key: the fallback route, or this answer
+        return await _fall_back(rt, call, found, response.status, adapter, exc)
     except (NoCredential, ActorUnavailable):
         return False  # no other key: the client gets this answer
     release_key(rt, call)
@@ -117,14 +123,39 @@ async def _resend(rt: Runtime, call: ProxiedCall, found: Classification, status:
     return True
 
 
+async def _fall_back(rt: Runtime, call: ProxiedCall, found: Classification, status: int,
+                     adapter: ChatCompletions, benched: KeysBenched) -> bool:
+    """The last key failed too: send the call to its model's fallback route (True).
+
+    As a call that finds every key benched at its start would be; the failed attempts
+    stay on the call. Not for a request governed again mid-call (what the route records
+    is the request as admitted), nor for a route of another wire format.
+    """
+    admitted, failed = call.admitted, call.lease
+    if admitted is None or failed is None or call.resent:
+        return False
+    release_key(rt, call)  # the route's key replaces it
+    routed = await reroute(rt, call, admitted, benched, wire=adapter)
+    if routed is None:
+        return False
+    _, fields, _ = routed
+    call.attempts.append(CallAttempt(credential=failed.fingerprint, status=status,
+                                     error_class=found.error_class))
+    call.tried = []
+    call.body = adapter.upstream_body(fields, admitted.body.items)
+    return True
+
+
 async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
-                  benched: KeysBenched) -> tuple[ChatCompletions, bytes, bool] | None:
+                  benched: KeysBenched, wire: ChatCompletions | None = None,
+                  ) -> tuple[ChatCompletions, bytes, bool] | None:
     """Send the call to its model's fallback route while its provider can take none.
 
     The fields are encoded for the fallback's model and recorded (``session.call_resent``
     with the route) before anything is sent; the call then belongs to that provider
     (its key, its price, its ledger row). Returns the route's adapter, the fields and
-    whether usage was injected, or None: no fallback, or it cannot take the call either.
+    whether usage was injected, or None: no fallback, or it cannot take the call either
+    (or, given ``wire``, the route speaks another wire format).
     """
     entry = rt.config.model_for(call.provider.name, call.model)
     if entry is None or not entry.fallback or admitted.record is None:
@@ -134,7 +165,7 @@ async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
     except UnknownModel:
         return None
     adapter = adapter_for(provider.api_mode)
-    if adapter is None:
+    if adapter is None or (wire is not None and adapter is not wire):
         return None
     fields, injected = adapter.upstream_fields(admitted.body.fields, model, call.stream)
     try:

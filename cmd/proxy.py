@@ -27,8 +27,10 @@ When the client disconnects mid-stream, the upstream is drained (up to
 
 import asyncio
 import re
+from collections.abc import AsyncIterator
 
 import aiohttp
+import msgspec
 from loguru import logger
 from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.messages import AdmissionRefused
@@ -52,14 +54,31 @@ from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.chat_completions import ChatCompletions, ChatStream
-from sessionwarden.upstream.client import DROP_DOWN, UpstreamResponse, forwarded_headers
+from sessionwarden.upstream.client import (
+    UpstreamResponse,
+    forwarded_headers,
+    read_at_most,
+    read_first_event,
+    relayed_headers,
+)
 from sessionwarden.upstream.errors import EventTooLarge, MalformedRequest
 
-__all__ = ["IMPLICIT_SESSION", "chat_completions"]
+__all__ = ["ERROR_BODY_TIMEOUT_S", "IMPLICIT_SESSION", "MAX_ANSWER_BYTES",
+           "MAX_ERROR_BODY_BYTES", "chat_completions"]
 
 IMPLICIT_SESSION = "implicit"
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 _CLIENT_WIRE = ChatCompletions()
+#: An error answer is read whole before anything is relayed, but never more than this:
+#: error bodies are small, and a huge one would be held in memory.
+MAX_ERROR_BODY_BYTES = 1 << 20
+#: …and never waited for longer than this: it comes at once, and an upstream that
+#: sends a 429's headers and then holds its body must not hold the call for the whole
+#: read timeout (minutes, for slow models) before it can fail over.
+ERROR_BODY_TIMEOUT_S = 10.0
+#: A whole answer is read before it is relayed (its usage is recorded first): no real
+#: completion comes near this, and an endless one must not take the daemon's memory.
+MAX_ANSWER_BYTES = 64 << 20
 _NOT_RECORDED = ("sessionwarden could not record this call (its event log or actors are "
                  "unavailable); the upstream may have processed it")
 
@@ -138,6 +157,7 @@ async def chat_completions(
                          headers=[(b"retry-after", str(wait_s).encode())] if wait_s else ())
         return
     sent = verdict.request.body
+    call.admitted = verdict.request
     try:
         await take_lease(call, leasing)
     except KeysBenched as exc:
@@ -226,41 +246,102 @@ async def _attempt(
         return True
     if response.status < 400:
         call.error_class = ""  # the attempts that failed keep theirs
+    keyed = call.lease is not None and bool(call.lease.fingerprint)
     try:
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if call.stream and response.status == 200 and is_sse:
-            await _relay_stream(rt, call, adapter.stream(injected), response, client, send)
+            chunks = aiter(response.content.iter_any())
+            head = b""
+            if keyed:
+                # Its first event is read before anything is relayed: an upstream that
+                # answers 200 and then an error event has relayed nothing yet either.
+                try:
+                    head = await client.race(read_first_event(chunks, MAX_ERROR_BODY_BYTES))
+                except ClientGone:
+                    response.close()
+                    await complete(rt, call, call.outcome(
+                        "client_disconnected", status=200,
+                        error="the client left before the stream's first event"))
+                    return True
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    return await _broken_start(rt, call, send, exc)
+                error = adapter.stream_error(head)
+                if error is not None and await fail_over(rt, call, response, error, adapter,
+                                                         streamed=True):
+                    response.close()
+                    return False
+            await _relay_stream(rt, call, adapter.stream(injected), response, chunks, head,
+                                client, send)
             return True
         early: bytes | None = None
-        if response.status >= 400 and call.lease is not None and call.lease.fingerprint:
-            # An error answer is read whole before anything reaches the client, so a
-            # key's failure can still go to another key (a stream's too: its status
-            # comes before its first byte).
+        too_large = False
+        if response.status >= 400 and keyed:
+            # An error answer is read (at most so far) before anything reaches the
+            # client, so a key's failure can still go to another key (a stream's too:
+            # its status comes before its first byte).
+            broke: Exception | None = None
+            read = b""
             try:
-                early = await client.race(response.read())
+                async with asyncio.timeout(ERROR_BODY_TIMEOUT_S):
+                    read, too_large = await client.race(
+                        read_at_most(response.content, MAX_ERROR_BODY_BYTES))
             except ClientGone:
                 response.close()
                 await complete(rt, call, call.outcome(
                     "client_disconnected", status=response.status,
                     error="the client left before the answer was read"))
                 return True
-            except (aiohttp.ClientError, TimeoutError):
-                early = None
-            else:
-                if await fail_over(rt, call, response, early, adapter):
-                    return False
-        await _relay_plain(rt, call, adapter, response, client, send, early)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                # Its status and headers came whole: they are judged without the body.
+                broke = exc
+            if too_large:
+                response.close()  # the rest stays unread
+            early = read
+            if await fail_over(rt, call, response, read, adapter):
+                return False
+            if broke is not None:
+                await _fail(rt, call, send, "truncated", 502,
+                            f"the upstream's {response.status} answer broke off "
+                            f"({type(broke).__name__})", status=response.status)
+                return True
+        await _relay_plain(rt, call, adapter, response, client, send, early, too_large)
         return True
     finally:
         response.release()
 
 
+async def _broken_start(rt: Runtime, call: ProxiedCall, send: ASGISend,
+                        exc: Exception) -> bool:
+    """A stream broke before its first event: nothing was relayed, so it may be retried."""
+    if await retry_transport(rt, call, transport_of(exc) if isinstance(
+            exc, aiohttp.ClientError) else "timeout"):
+        return False
+    await _fail(rt, call, send, "truncated", 502, "the upstream stream broke off before "
+                f"its first event ({type(exc).__name__})", status=200)
+    return True
+
+
 async def _relay_plain(
     rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, response: UpstreamResponse,
     client: ClientWatch, send: ASGISend, early: bytes | None = None,
+    too_large: bool = False,
 ) -> None:
+    """Relay a whole answer, recorded first.
+
+    ``early``: an error body read already (its first :data:`MAX_ERROR_BODY_BYTES` only,
+    when ``too_large``).
+    """
     try:
-        body = early if early is not None else await client.race(response.read())
+        if early is not None:
+            body = early
+        else:
+            body, over = await client.race(read_at_most(response.content, MAX_ANSWER_BYTES))
+            if over:  # a hostile or broken upstream: not held in memory, not relayed
+                response.close()
+                await _fail(rt, call, send, "truncated", 502, "the upstream's answer exceeded "
+                            f"{MAX_ANSWER_BYTES >> 20} MiB; it is not relayed",
+                            status=response.status)
+                return
     except ClientGone:
         response.close()  # unread: the connection cannot go back to the pool
         await complete(rt, call, call.outcome(
@@ -289,20 +370,30 @@ async def _relay_plain(
                                has_output=facts.has_output, output_chars=facts.output_chars,
                                rate_limit_headers=limits)
     else:
+        # Redacted whole before it is cut: a key cut in two would escape the redaction.
         body = default_redactor.redact_bytes(body)
+        began = body[:1024].decode(errors="replace")
+        if too_large:
+            # Cut off, it would not parse: the client gets the status and a clean error.
+            message = (f"the upstream answered {status} with an error body over "
+                       f"{MAX_ERROR_BODY_BYTES >> 10} KiB, not relayed; it began: "
+                       f"{_short(began, 200)}")
+            body = msgspec.json.encode({"error": {"message": message, "type": "upstream_error",
+                                                  "code": "upstream_error_too_large"}})
         outcome = call.outcome("upstream_error", status=status, rate_limit_headers=limits,
-                               error=_short(body.decode(errors="replace")))
+                               error=_short(began))
     if not await complete(rt, call, outcome):
         await send_error(send, 503, _NOT_RECORDED, kind="server_error", code="not_recorded")
         return
-    await _start(rt, send, status, response, call, len(body))
+    await _start(rt, send, status, response, call, len(body), json=too_large)
     await send({"type": "http.response.body", "body": body})
 
 
 async def _relay_stream(
     rt: Runtime, call: ProxiedCall, reader: ChatStream, response: UpstreamResponse,
-    client: ClientWatch, send: ASGISend,
+    chunks: AsyncIterator[bytes], head: bytes, client: ClientWatch, send: ASGISend,
 ) -> None:
+    """Relay a stream: ``head`` (its first bytes, read already), then the rest of ``chunks``."""
     disconnected = asyncio.Event()
     broke = ""
 
@@ -344,7 +435,9 @@ async def _relay_stream(
             client.on_gone(left)
             try:
                 await _start(rt, send, 200, response, call, None)
-                async for chunk in response.content.iter_any():
+                if head:
+                    await forward(reader.feed(head))
+                async for chunk in chunks:
                     await forward(reader.feed(chunk))
                     if disconnected.is_set() and reader.usage_block is not None:
                         break
@@ -380,14 +473,14 @@ async def _relay_stream(
 
 async def _start(
     rt: Runtime, send: ASGISend, status: int, response: UpstreamResponse, call: ProxiedCall,
-    length: int | None,
+    length: int | None, json: bool = False,
 ) -> None:
     # Header values are scrubbed with the patterns too: no header of an answer has a
     # reason to carry anything key-shaped.
-    headers = [
-        (k.encode("latin-1"), default_redactor.redact_bytes(v.encode("latin-1")))
-        for k, v in response.headers.items() if k.lower() not in DROP_DOWN
-    ]
+    headers = [(k, default_redactor.redact_bytes(v)) for k, v in relayed_headers(
+        response.headers) if not (json and k.lower() == b"content-type")]
+    if json:  # the body is ours, not the upstream's
+        headers.append((b"content-type", b"application/json"))
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
     headers.append((b"x-sessionwarden-call-id", call.call_id.encode()))

@@ -69,12 +69,13 @@ class KeysBenched(NoCredential):
     def __init__(self, provider: str, retry_after: int | None, reason: str) -> None:
         """Say which provider, why, and when it is worth trying again."""
         if retry_after is None:
-            when = "no key will return by itself (every key is revoked: replace or reset one)"
+            when = "none will return by itself (replace a key, or `keys reset` one)"
         else:
             when = f"retry in {retry_after} s"
         why = {"overload": "it is overloaded (the breaker is open)",
                "probing": "one call is probing it after a pause"}.get(
-                   reason, "every key is rate-limited or out of credit")
+                   reason, "every key is rate-limited or out of credit" if retry_after
+                   is not None else "every key is revoked or invalid")
         super().__init__(f"provider {provider!r} cannot take calls now: {why}; {when} "
                          "(nothing was sent upstream)")
         self.provider = provider

@@ -181,6 +181,24 @@ class ChatCompletions:
             output = text_chars(choices[0].get("message"))
         return ResponseFacts(decoded.get("usage"), True, output)
 
+    def stream_error(self, head: bytes) -> bytes | None:
+        """The data of a stream's first data event if it is an error, else None.
+
+        Some upstreams answer 200 and then an error event (``data: {"error": ...}``;
+        OpenRouter's carries a ``choices`` with an empty delta) instead of an error
+        status; seen before anything was relayed, it is judged as an error answer is.
+        """
+        for event in SseFramer(len(head) + 1).feed(head):
+            data = sse_data(event)
+            if data is None:
+                continue  # a comment
+            parsed = _decode_or_none(data)
+            if isinstance(parsed, dict) and parsed.get("error") is not None \
+                    and not _delta_chars(parsed):
+                return data
+            return None
+        return None
+
     def stream(self, injected: bool, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
                ) -> "ChatStream":
         """A reader for one streamed response."""

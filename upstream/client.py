@@ -14,19 +14,25 @@ satisfy :class:`UpstreamResponse`, the little the proxy reads of a response.
 Headers: what the client sent is forwarded upstream minus ours (auth, session), hop-by-hop
 headers and those describing a body we re-encode; the key goes in the adapter's auth
 header. What the upstream answered is relayed minus hop-by-hop headers and the ones the
-daemon sets itself.
+daemon sets itself, byte for byte, and minus any that could not be sent on (a control
+character in it). An error answer is read at most so far (:func:`read_at_most`).
 """
 
+import asyncio
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import aiohttp
 from sessionwarden.config import ProviderConfig
+from sessionwarden.upstream.errors import EventTooLarge
 from sessionwarden.upstream.sim import simulate
+from sessionwarden.upstream.sse import SseFramer, sse_data
 
 __all__ = [
-    "DROP_DOWN", "DROP_UP", "ResponseBody", "UpstreamClient", "UpstreamResponse",
-    "forwarded_headers",
+    "DROP_DOWN", "DROP_UP", "FIRST_EVENT_PATIENCE_S", "ResponseBody", "UpstreamClient",
+    "UpstreamResponse", "forwarded_headers", "read_at_most", "read_first_event",
+    "relayed_headers",
 ]
 
 #: Never forwarded upstream: ours (auth, session), hop-by-hop, or recomputed by the client.
@@ -45,6 +51,86 @@ DROP_DOWN = frozenset({
     # the daemon's own: an upstream must not forge a call id or a credit notice
     "x-sessionwarden-call-id", "x-sessionwarden-notice",
 })
+
+
+#: The prefix of the daemon's own headers: an upstream must not forge any of them (an
+#: error class, say, that a client acts on).
+_OURS = "x-sessionwarden-"
+#: How long comments that open a stream are held back with its first data event.
+FIRST_EVENT_PATIENCE_S = 5.0
+#: What no header line may hold: control characters (a tab aside), and in a name also
+#: the separators of RFC 9110's token (an ASGI server refuses to send either).
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_BAD_NAME = re.compile(rb'[\x00-\x20\x7f()<>@,;:\\"/\[\]?={}]')
+
+
+def relayed_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    """An answer's headers as the client gets them: minus :data:`DROP_DOWN`, as bytes.
+
+    The bytes are the upstream's own (aiohttp decodes them as UTF-8 with
+    ``surrogateescape``, which this undoes exactly): a value outside Latin-1 is relayed
+    as sent, not turned into an error. A header that could not be sent on, its name or
+    value holding a control character, is left out, and so is any of the daemon's own
+    (``x-sessionwarden-*``): the daemon adds those it means.
+    """
+    out: list[tuple[bytes, bytes]] = []
+    for name, value in headers.items():
+        low = name.lower()
+        if low in DROP_DOWN or low.startswith(_OURS):
+            continue
+        raw_name = name.encode("utf-8", "surrogateescape")
+        raw_value = value.encode("utf-8", "surrogateescape")
+        if raw_name and not _BAD_NAME.search(raw_name) and not _BAD_VALUE.search(raw_value):
+            out.append((raw_name, raw_value))
+    return out
+
+
+async def read_at_most(body: "ResponseBody", limit: int) -> tuple[bytes, bool]:
+    """Up to ``limit`` bytes of a body, and whether it had more (then it is left unread).
+
+    Error answers are read whole before anything is relayed: without a bound, an
+    upstream could make the daemon hold any amount of memory for one.
+    """
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in body.iter_any():
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(parts)[:limit], True
+    return b"".join(parts), False
+
+
+async def read_first_event(chunks: AsyncIterator[bytes], limit: int,
+                           patience: float | None = None) -> bytes:
+    """A stream's first bytes, up to the end of its first event that carries data.
+
+    Comments before it (keep-alives such as OpenRouter's ``: OPENROUTER PROCESSING``)
+    are held with it, but only while ``patience`` seconds have not passed when one
+    arrives (:data:`FIRST_EVENT_PATIENCE_S` unless given): a client kept waiting by a
+    slow model still gets them. Stops at ``limit``
+    bytes or the stream's end too; what follows in the last chunk read comes along. The
+    caller relays these bytes first, then the rest of ``chunks``.
+    """
+    if patience is None:
+        patience = FIRST_EVENT_PATIENCE_S
+    framer = SseFramer(limit)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    head = bytearray()
+    while len(head) < limit:
+        chunk = await anext(chunks, None)
+        if chunk is None:
+            break
+        head += chunk
+        try:
+            events = framer.feed(chunk)
+        except EventTooLarge:
+            break
+        if any(sse_data(event) is not None for event in events) \
+                or loop.time() - began >= patience:
+            break
+    return bytes(head)
 
 
 def forwarded_headers(client: Mapping[str, str], auth: Mapping[str, str]) -> dict[str, str]:

@@ -332,8 +332,17 @@ price = {{ input = "3.00", output = "4.00" }}
     try:
         for name in ("FAKE_KEY_A", "FAKE_KEY_B"):
             fake.state.by_key[daemon.keys[name]] = GENUINE
-        with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError):
-            client.chat.completions.create(model="main", messages=HI)  # type: ignore[arg-type]
+        # Both keys fail inside the call: it is moved to the fallback route at once.
+        with daemon.openai(session="s") as client:
+            first = client.chat.completions.with_raw_response.create(
+                model="main", messages=HI)  # type: ignore[arg-type]
+        assert first.http_response.status_code == 200
+        assert [r.headers["authorization"] for r in fake.state.snapshot()] == [
+            f"Bearer {daemon.keys[k]}" for k in ("FAKE_KEY_A", "FAKE_KEY_B", "FAKE_KEY_C")]
+        moved_first = completions(daemon)[-1]
+        assert [(t.status, t.error_class) for t in moved_first.attempts] == [
+            (429, "rate_limit"), (429, "rate_limit")]
+        assert rebuild(daemon.runtime.log, "s", moved_first.call_id).body == fake.state.last.raw
         # Both keys of "fake" are out for 2 h: the next call goes to the fallback route.
         with daemon.openai(session="s") as client:
             raw = client.chat.completions.with_raw_response.create(
@@ -343,7 +352,7 @@ price = {{ input = "3.00", output = "4.00" }}
         assert last.body["model"] == "other-model"
         assert last.headers["authorization"] == f"Bearer {daemon.keys['FAKE_KEY_C']}"
         events = [CODEC.decode(e.type, e.data) for e in daemon.runtime.log.read_stream("session-s")]
-        [moved] = [e for e in events if isinstance(e, CallResent)]
+        [_, moved] = [e for e in events if isinstance(e, CallResent)]
         assert (moved.provider, moved.model, moved.reason) == ("backup", "other-model",
                                                                "no_usable_key")
         done = completions(daemon)[-1]
@@ -354,6 +363,13 @@ price = {{ input = "3.00", output = "4.00" }}
             "SELECT provider, model FROM view_ledger WHERE call_id = ?", (done.call_id,))
         assert (provider, model) == ("backup", "other-model")
         assert rebuild(daemon.runtime.log, "s", done.call_id).body == last.raw
+        assert daemon.rows("SELECT provider, count(*) FROM view_ledger GROUP BY provider"
+                           ) == [("backup", 2)]
+        from sessionwarden.cmd.main import main
+
+        from tests.cmd.test_failover_hostile import in_flight
+        assert in_flight(daemon) == [0, 0, 0]  # the failed keys' leases went back too
+        assert main(["replay", "--verify", "--db", str(daemon.db)]) == 0
     finally:
         daemon.stop()
 

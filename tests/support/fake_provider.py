@@ -28,7 +28,7 @@ import uuid
 import zlib
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import TracebackType
 from typing import Any, Self
 
@@ -77,8 +77,10 @@ class FakeOptions:
     headers: dict[str, str] | None = None  # extra headers on a chat answer (credits, say)
     error_message: str | None = None  # an error answer's message instead of the default
     error_code: str | None = None  # an error answer's code instead of the default
-    fail_first: int = 0  # with status: only the first N requests of this key fail
+    fail_first: int = 0  # with status or break_after_chunks: only this key's first N fail
     max_prompt_chars: int | None = None  # a longer prompt gets OpenAI's context-length 400
+    stream_error_at: int | None = None  # a 200 stream ends with an error event after N events
+    stream_comments: int = 0  # keep-alive comments (": PROCESSING") before a stream's events
 
     @classmethod
     def parse(cls, body: dict[str, Any], headers: dict[str, str],
@@ -267,11 +269,20 @@ async def _sse(
         for _ in range(opts.junk_bytes // 65536):
             yield b"x" * 65536
         return
+    events = [": PROCESSING\n\n"] * opts.stream_comments + events
     for i, event in enumerate(events):
         if opts.end_after_chunks is not None and i >= opts.end_after_chunks:
             return
         if opts.break_after_chunks is not None and i >= opts.break_after_chunks:
             raise ConnectionAbortedError("fake provider: connection broken on purpose")
+        last = opts.stream_error_at is not None and i >= opts.stream_error_at \
+            + opts.stream_comments
+        if last:
+            # OpenRouter's shape: the error beside a choice that ends with it.
+            error = {"message": opts.error_message or "fake provider stream error",
+                     "type": "server_error", "code": opts.error_code}
+            choice = {"index": 0, "delta": {"content": ""}, "finish_reason": "error"}
+            event = f"data: {json.dumps({'error': error, 'choices': [choice]})}\n\n"
         if opts.hang_after_chunks is not None and i >= opts.hang_after_chunks:
             while not closing.is_set():
                 await asyncio.sleep(0.02)
@@ -282,6 +293,8 @@ async def _sse(
             yield event.encode()
         else:
             yield packer.compress(event.encode()) + packer.flush(zlib.Z_SYNC_FLUSH)
+        if last:
+            break
     if packer is not None:
         yield packer.flush()
 
@@ -385,6 +398,8 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
         if include_usage and usage is not None:
             events.append(chunk([], usage=usage))
         events.append("data: [DONE]\n\n")
+        if opts.break_after_chunks is not None and not _fails(st, opts, headers):
+            opts = replace(opts, break_after_chunks=None)
         if opts.gzip:
             rl["content-encoding"] = "gzip"
         return sse_response(events, opts, rl)
