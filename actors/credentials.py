@@ -320,9 +320,11 @@ class CredentialPoolActor(GovernedActor):
                 why = self._unusable.get(message.provider)
                 raise NoCredential(f"provider {message.provider!r} has no usable key"
                                    + (f": {why}" if why else ""))
-            allowed = self._health[message.provider].allowed(
-                pool.fingerprints(), message.exclude, self._clock.now())
+            judge = self._health[message.provider]
+            allowed = judge.allowed(pool.fingerprints(), message.exclude, self._clock.now(),
+                                    message.call_id)
             key: KeyState = pool.lease(self._rng, allowed)
+            judge.leased(message.call_id, key.fingerprint)
             return Leased(message.provider, key.fingerprint, key.secret)
         if isinstance(message, Release):
             pool = self._pools.get(message.provider)
@@ -334,6 +336,10 @@ class CredentialPoolActor(GovernedActor):
                         self._clock.now())
                     if events:
                         self._append(message.provider, events)
+                elif not message.served:
+                    # A probe whose client left would hold the slot until its timeout.
+                    self._health[message.provider].abandoned(message.call_id,
+                                                             message.fingerprint)
             return None
         if isinstance(message, KeyFailed):
             pool = self._pools.get(message.provider)

@@ -22,6 +22,7 @@ from sessionwarden.domain.breaker import (
     on_call_failed,
     on_call_succeeded,
     on_keys_changed,
+    probe_abandoned,
 )
 from sessionwarden.domain.errors import KeysBenched
 from sessionwarden.domain.key_states import (
@@ -103,8 +104,9 @@ class ProviderHealth:
             self.fold(event)
         return done
 
-    def allowed(self, pool: list[str], exclude: Iterable[str], now: datetime) -> frozenset[str]:
-        """The fingerprints a call may lease at ``now``, minus those it tried already.
+    def allowed(self, pool: list[str], exclude: Iterable[str], now: datetime,
+                call_id: str = "") -> frozenset[str]:
+        """The fingerprints call ``call_id`` may lease at ``now``, minus those it tried.
 
         Raises:
             KeysBenched: the breaker refuses (no usable key, overload, a probe in flight),
@@ -117,8 +119,18 @@ class ProviderHealth:
         if not free:
             raise KeysBenched(self.provider, decision.retry_after or 1, "no_usable_key")
         if decision.action == "probe":
-            self.breaker = claim_probe(self.breaker, now)
+            self.breaker = claim_probe(self.breaker, now, call_id)
         return free
+
+    def leased(self, call_id: str, fingerprint: str) -> None:
+        """Call ``call_id`` got key ``fingerprint``: if it holds the probe, that attempt does."""
+        at = self.breaker.probe_at
+        if at is not None and self.breaker.probe_call == call_id:
+            self.breaker = claim_probe(self.breaker, at, f"{call_id} {fingerprint}")
+
+    def abandoned(self, call_id: str, fingerprint: str) -> None:
+        """Call ``call_id`` let go of ``fingerprint`` unanswered: a probe's slot is free."""
+        self.breaker = probe_abandoned(self.breaker, f"{call_id} {fingerprint}")
 
     def failed(self, pool: list[str], fingerprint: str, failure: KeyFailure,
                now: datetime) -> list[Event]:

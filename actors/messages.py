@@ -210,13 +210,15 @@ class Release(msgspec.Struct, frozen=True):
     """A call is done with its key (the pool's in-flight count goes down).
 
     ``served`` says the upstream answered the call (not a key failure): a key benched
-    before ``sent_at`` is back, and a half-open breaker closes.
+    before ``sent_at`` is back, and a half-open breaker closes. Not served, the call
+    ``call_id`` frees the breaker's probe slot if it held it (its client left).
     """
 
     provider: str
     fingerprint: str
     served: bool = False
     sent_at: datetime | None = None
+    call_id: str = ""
 
 
 class Settle(msgspec.Struct, frozen=True):

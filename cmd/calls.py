@@ -225,7 +225,8 @@ def release_key(rt: Runtime, call: ProxiedCall, served: bool = False) -> None:
         call.released = True
         try:
             rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint,
-                                               served=served, sent_at=call.sent_at))
+                                               served=served, sent_at=call.sent_at,
+                                               call_id=call.call_id))
         except Exception:
             logger.warning("call {}: could not release its key", call.call_id)
 

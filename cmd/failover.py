@@ -180,7 +180,8 @@ async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
             benched.reason))
     except (ActorUnavailable, StoreError) as exc:
         logger.warning("call {}: the fallback route was not recorded: {}", call.call_id, exc)
-        rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint))
+        rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint,
+                                           call_id=call.call_id))
         return None
     call.provider, call.model, call.lease, call.released = provider, model, lease, False
     logger.info("call {}: provider {} cannot take it ({}); sent to its fallback {}",

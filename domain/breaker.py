@@ -33,7 +33,9 @@ How the caller drives it: before a call, :func:`decide`; on ``probe``, :func:`cl
 and send the call on a usable key. After it, fold the key events (``key_states``), then
 :func:`on_call_failed` or :func:`on_call_succeeded` (any upstream answer that is neither a
 key failure nor an overload — a 400 too — shows the provider serving), then
-:func:`on_keys_changed`; append and fold every event returned. A provider without keys
+:func:`on_keys_changed`; append and fold every event returned. A call that ends with no
+answer at all (its client left) is :func:`probe_abandoned`: if it was the probe, the next
+call may probe at once. A provider without keys
 (simulated) has no breaker to ask.
 """
 
@@ -67,6 +69,7 @@ __all__ = [
     "on_call_failed",
     "on_call_succeeded",
     "on_keys_changed",
+    "probe_abandoned",
     "reset",
 ]
 
@@ -93,6 +96,8 @@ class Breaker(msgspec.Struct, frozen=True, kw_only=True):
         openings: overload openings since it last closed (the cool-down doubles with them).
         failures: memory: times of the current streak of overload failures.
         probe_at: memory: when the probe in flight was let through.
+        probe_call: memory: the attempt that is the probe, as its caller names it (a call
+            and its key), ``""`` when not named.
     """
 
     provider: str
@@ -102,6 +107,7 @@ class Breaker(msgspec.Struct, frozen=True, kw_only=True):
     openings: int = 0
     failures: tuple[datetime, ...] = ()
     probe_at: datetime | None = None
+    probe_call: str = ""
 
     def mode(self, now: datetime) -> Mode:
         """``closed``, ``open``, or ``half_open`` (open and its ``until`` has passed)."""
@@ -181,9 +187,23 @@ def decide(breaker: Breaker, keys: KeyStates, pool: Sequence[str], now: datetime
     return Decision(action="pass")
 
 
-def claim_probe(breaker: Breaker, now: datetime) -> Breaker:
-    """The breaker with its probe slot taken at ``now`` (after a ``probe`` decision)."""
-    return msgspec.structs.replace(breaker, probe_at=now)
+def claim_probe(breaker: Breaker, now: datetime, attempt: str = "") -> Breaker:
+    """The breaker with its probe slot taken at ``now`` by ``attempt`` (after ``probe``)."""
+    return msgspec.structs.replace(breaker, probe_at=now, probe_call=attempt)
+
+
+def probe_abandoned(breaker: Breaker, attempt: str) -> Breaker:
+    """The breaker once ``attempt`` ended without an answer from the upstream.
+
+    If that attempt was the probe (the client left while it was out, or it was never
+    sent), the slot is free at once: waiting out :data:`PROBE_TIMEOUT_SECONDS` would
+    refuse every call of the provider for nothing in flight. Naming the attempt, not
+    only the call, matters: a call that failed over may hold the probe again with its
+    next key while the failed key is released. Another attempt's end frees nothing.
+    """
+    if breaker.probe_at is None or not attempt or breaker.probe_call != attempt:
+        return breaker
+    return msgspec.structs.replace(breaker, probe_at=None, probe_call="")
 
 
 def _opened(breaker: Breaker, until: datetime | None, reason: str) -> BreakerChanged:
@@ -212,7 +232,7 @@ def on_call_failed(
         The new breaker (events already folded in) and the events to append.
     """
     mode = breaker.mode(now)
-    breaker = msgspec.structs.replace(breaker, probe_at=None)
+    breaker = msgspec.structs.replace(breaker, probe_at=None, probe_call="")
     if kind not in OVERLOAD_KINDS:
         return breaker, ()
     window = timedelta(seconds=OVERLOAD_WINDOW_SECONDS)
@@ -239,7 +259,7 @@ def on_call_succeeded(
     closes nothing: only the probe, after ``until``, speaks for the provider now.
     """
     mode = breaker.mode(now)
-    breaker = msgspec.structs.replace(breaker, failures=(), probe_at=None)
+    breaker = msgspec.structs.replace(breaker, failures=(), probe_at=None, probe_call="")
     if mode != "half_open":
         return breaker, ()
     events = (BreakerChanged(provider=breaker.provider, state="closed", reason="recovered"),)

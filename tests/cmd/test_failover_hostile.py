@@ -345,6 +345,27 @@ def test_a_half_open_probe_that_hangs_frees_its_slot_after_the_probe_timeout(
     assert len(ledger(daemon)) == 4
 
 
+def test_a_probe_whose_client_leaves_frees_its_slot_at_once(daemons: Daemons) -> None:
+    # Its key came back unanswered: waiting out the probe timeout refused every call of
+    # the provider for 30 s with nothing in flight.
+    daemon = daemons.start()
+    daemons.steer("FAKE_KEY_A", TRANSIENT)
+    daemons.steer("FAKE_KEY_B", TRANSIENT)
+    assert post(daemon).status_code == 429  # both cooling: the breaker opens
+    daemons.fake.state.by_key.clear()
+    daemons.fake.state.by_model[MODEL] = {"delay_ms": 3000}  # the probe hangs…
+    daemons.clock.advance(3)
+    with http(daemon) as client, pytest.raises(httpx.ReadTimeout):  # …and its client leaves
+        client.post("/v1/chat/completions", json={"model": MODEL, "messages": HI},
+                    timeout=0.5)
+    daemons.fake.state.by_model.clear()
+    deadline = time.monotonic() + 5
+    while (answer := post(daemon)).status_code != 200:  # the daemon sees the client go
+        assert "probing" in clean_error(answer) and time.monotonic() < deadline
+        time.sleep(0.05)
+    assert in_flight(daemon) == [0, 0]
+
+
 # -- what a well-behaved server would not send ------------------------------------------
 
 

@@ -15,6 +15,7 @@ from sessionwarden.domain.breaker import (
     on_call_failed,
     on_call_succeeded,
     on_keys_changed,
+    probe_abandoned,
     reset,
 )
 from sessionwarden.domain.key_states import (
@@ -149,6 +150,18 @@ def test_a_lost_probe_frees_its_slot_after_the_timeout() -> None:
     breaker = claim_probe(breaker, NOW)
     assert decide(breaker, KEYS, POOL, later(PROBE_TIMEOUT_SECONDS - 1)).reason == "probing"
     assert decide(breaker, KEYS, POOL, later(PROBE_TIMEOUT_SECONDS)).action == "probe"
+
+
+def test_an_abandoned_probe_frees_its_slot_and_no_other_attempt_does() -> None:
+    breaker = Breaker(provider="deepseek", state="open", until=NOW, reason="overload")
+    held = claim_probe(breaker, NOW, "call-1 fp:a")
+    for other in ("call-1 fp:b", "call-2 fp:a", ""):  # the call's failed key, another call
+        assert probe_abandoned(held, other) == held
+        assert decide(held, KEYS, POOL, later(1)).reason == "probing"
+    freed = probe_abandoned(held, "call-1 fp:a")
+    assert (freed.probe_at, freed.probe_call) == (None, "")
+    assert decide(freed, KEYS, POOL, later(1)).action == "probe"
+    assert probe_abandoned(breaker, "call-1 fp:a") == breaker  # no probe out: nothing
 
 
 def test_sustained_overload_opens_the_breaker_and_failed_probes_double_the_wait() -> None:
