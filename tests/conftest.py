@@ -1,4 +1,8 @@
-"""Shared pytest configuration: the daemon fixtures, and loguru writing where tests read.
+"""Shared pytest configuration: the daemon fixtures, Hypothesis untimed, loguru's sink.
+
+Hypothesis's per-example deadline (200 ms) and its too-slow health check are timing
+assertions: on two shared cores under two test workers a slow example is load, not a
+bug, so neither applies (the project measures speed in ``bench/``, never in tests).
 
 loguru's default sink is the ``sys.stderr`` of the moment loguru was imported. Under
 pytest that may be a capture stream closed before a later test's in-process daemon logs
@@ -10,9 +14,14 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 from loguru import logger
 
 pytest_plugins = ["tests.cmd.daemon_fixtures", "tests.cmd.inprocess", "tests.cmd.key_fixtures"]
+
+settings.register_profile("untimed", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("untimed")
 
 
 def _to_current_stderr(message: str) -> None:
