@@ -319,16 +319,23 @@ def test_a_key_echoed_by_a_failed_attempt_reaches_no_client_and_no_log(
 # -- the breaker's probe -----------------------------------------------------------------
 
 
-def test_a_half_open_probe_that_hangs_frees_its_slot_after_the_probe_timeout(
-    daemons: Daemons
-) -> None:
+def half_open_with_a_hanging_probe(daemons: Daemons, delay_ms: int) -> InProcessDaemon:
+    """A daemon whose breaker opened (both keys cooling) and half-opens now; the next
+    call, its probe, waits ``delay_ms`` at the upstream."""
     daemon = daemons.start()
     daemons.steer("FAKE_KEY_A", TRANSIENT)
     daemons.steer("FAKE_KEY_B", TRANSIENT)
     assert post(daemon).status_code == 429  # both cooling: the breaker opens
     daemons.fake.state.by_key.clear()
-    daemons.fake.state.by_model[MODEL] = {"delay_ms": 800}  # the probe hangs
+    daemons.fake.state.by_model[MODEL] = {"delay_ms": delay_ms}
     daemons.clock.advance(3)
+    return daemon
+
+
+def test_a_half_open_probe_that_hangs_frees_its_slot_after_the_probe_timeout(
+    daemons: Daemons
+) -> None:
+    daemon = half_open_with_a_hanging_probe(daemons, 800)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         probe = pool.submit(post, daemon)
         deadline = time.monotonic() + 5
@@ -348,13 +355,7 @@ def test_a_half_open_probe_that_hangs_frees_its_slot_after_the_probe_timeout(
 def test_a_probe_whose_client_leaves_frees_its_slot_at_once(daemons: Daemons) -> None:
     # Its key came back unanswered: waiting out the probe timeout refused every call of
     # the provider for 30 s with nothing in flight.
-    daemon = daemons.start()
-    daemons.steer("FAKE_KEY_A", TRANSIENT)
-    daemons.steer("FAKE_KEY_B", TRANSIENT)
-    assert post(daemon).status_code == 429  # both cooling: the breaker opens
-    daemons.fake.state.by_key.clear()
-    daemons.fake.state.by_model[MODEL] = {"delay_ms": 3000}  # the probe hangs…
-    daemons.clock.advance(3)
+    daemon = half_open_with_a_hanging_probe(daemons, 3000)
     with http(daemon) as client, pytest.raises(httpx.ReadTimeout):  # …and its client leaves
         client.post("/v1/chat/completions", json={"model": MODEL, "messages": HI},
                     timeout=0.5)
