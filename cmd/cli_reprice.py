@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import apsw
-from sessionwarden.cmd.cli_usage import Group, print_listing
+from sessionwarden.cmd.cli_usage import EXACT, Group, print_listing
 from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.errors import CommandError
 from sessionwarden.cmd.price_listings import recorded_listings
@@ -74,7 +74,8 @@ class Repriced:
     def difference(self) -> str | None:
         """Repriced minus recorded, exact; None unless both are known."""
         before, after = self.recorded.cost, self.repriced.cost
-        return None if before is None or after is None else str(Decimal(after) - Decimal(before))
+        return (None if before is None or after is None
+                else str(EXACT.subtract(Decimal(after), Decimal(before))))
 
     def merge(self, other: "Repriced") -> None:
         """Add ``other``'s calls to this group."""
@@ -103,9 +104,11 @@ def _recorded_cost(text: str | None, status: str) -> Decimal | None:
     if text is None or status == "unknown":
         return None
     try:
-        return Decimal(text)
+        amount = Decimal(text)
     except InvalidOperation:
         return None
+    # "NaN" or "Infinity" parse but are no amount: unknown, as ``usage`` counts them.
+    return amount if amount.is_finite() else None
 
 
 def reprice_rows(rows: Iterable[Any], book: PriceBook) -> dict[str, Repriced]:
@@ -129,7 +132,7 @@ def reprice_rows(rows: Iterable[Any], book: PriceBook) -> dict[str, Repriced]:
             before.statuses.add("unknown")
         else:
             before.statuses.add(status)
-            before.cost_sum += amount
+            before.cost_sum = EXACT.add(before.cost_sum, amount)
         usage = CanonicalUsage(source=source, input_tokens=inp, output_tokens=out,
                                cache_read_tokens=cr, cache_write_tokens=cw)
         now = cost(usage, book.lookup(provider, model, at=datetime.fromisoformat(at)))
@@ -137,7 +140,7 @@ def reprice_rows(rows: Iterable[Any], book: PriceBook) -> dict[str, Repriced]:
         if now.amount is None:
             group.unpriced += 1
             continue
-        after.cost_sum += now.amount
+        after.cost_sum = EXACT.add(after.cost_sum, now.amount)
         group.prices[now.source] += 1
         group.newly_priced += amount is None
     return groups

@@ -46,7 +46,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from decimal import Context, Decimal, InvalidOperation, Overflow
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +62,16 @@ from sessionwarden.domain.budgets import display_usd
 from sessionwarden.store import EventLog
 from sessionwarden.store.schema import translate
 
-__all__ = ["add_usage_commands", "parse_time", "run_status", "run_usage"]
+__all__ = ["EXACT", "add_usage_commands", "csv_cell", "parse_time", "run_status", "run_usage"]
 
 _BY_COLUMN = {
     "session": "session_id", "model": "model", "provider": "provider",
     "credential": "credential", "day": "day",
 }
 _KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
+#: Sums of costs are exact: the default context keeps 28 digits, and a total of a
+#: large and a tiny cost would be rounded silently.
+EXACT = Context(prec=200, traps=[InvalidOperation, Overflow])
 
 
 @dataclass
@@ -102,7 +105,7 @@ class Group:
         for kind in _KINDS:
             self.tokens[kind] += other.tokens[kind]
         self.statuses |= other.statuses
-        self.cost_sum += other.cost_sum
+        self.cost_sum = EXACT.add(self.cost_sum, other.cost_sum)
         for source, n in other.sources.items():
             self.sources[source] = self.sources.get(source, 0) + n
         self.first_at = min(filter(None, (self.first_at, other.first_at)), default="")
@@ -152,7 +155,9 @@ def parse_time(text: str, *, option: str, end: bool = False) -> str:
     """Turn an ISO date or datetime into a bound comparable with ``recorded_at``.
 
     With ``end`` the bound is exclusive: just after the datetime, or the next midnight
-    for a date. Raises :class:`UsageError` (exit 64) for a value that is not a time.
+    for a date. A bound beyond the range of a datetime (``--until 9999-12-31``, year 1
+    with a positive offset) is the first or last instant a datetime holds. Raises
+    :class:`UsageError` (exit 64) for a value that is not a time.
     """
     try:
         try:
@@ -163,12 +168,17 @@ def parse_time(text: str, *, option: str, end: bool = False) -> str:
             at = datetime.fromisoformat(text)
             at = at if at.tzinfo else at.replace(tzinfo=UTC)
             step = timedelta(microseconds=1)
-        at = (at + step) if end else at
-    except (ValueError, OverflowError):
+    except ValueError:
         raise UsageError(
             f"{option}: invalid time {text!r} (use e.g. 2026-11-30 or 2026-11-30T12:00:00)"
         ) from None
-    return at.astimezone(UTC).isoformat(timespec="microseconds")
+    try:
+        return ((at + step) if end else at).astimezone(UTC).isoformat(timespec="microseconds")
+    except OverflowError:
+        # A bound past either end of what a datetime holds (``--until 9999-12-31``, an
+        # offset in year 1) means "from the first" or "to the last" recorded time.
+        edge = datetime.min if at.year == 1 else datetime.max
+        return edge.replace(tzinfo=UTC).isoformat(timespec="microseconds")
 
 
 def _fetch(conn: apsw.Connection, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
@@ -301,9 +311,39 @@ def print_listing(args: argparse.Namespace, rows: list[dict[str, Any]], total: d
         writer.writerow(fields)
         for row in [*rows, *([total] if args.totals else [])]:
             for record in as_csv(row):
-                writer.writerow(["" if record[f] is None else record[f] for f in fields])
+                writer.writerow([csv_cell(f, record[f]) for f in fields])
         return True
     return False
+
+
+#: The first characters that make a spreadsheet read a cell as a formula (OWASP's
+#: "CSV injection" list): a session id may start with ``-`` or ``@``, and a model name
+#: after ``<provider>/`` is any text a client sends.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+#: The CSV fields that hold our own exact amounts (a difference may be negative).
+_AMOUNT_FIELDS = frozenset({"cost", "repriced_cost", "difference"})
+
+
+def csv_cell(name: str, value: object) -> object:
+    """``value`` as the CSV cell of field ``name``: None empty, text defused.
+
+    A text cell that a spreadsheet would run as a formula gets a ``'`` in front (the
+    standard defence: shown as text, the rest unchanged); an amount field is a decimal
+    we wrote (``-0.5`` is a number, not a formula) and stays exact.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and (
+            name not in _AMOUNT_FIELDS or not _is_decimal(value)):
+        return "'" + value
+    return value
+
+
+def _is_decimal(text: str) -> bool:
+    try:
+        return Decimal(text).is_finite()
+    except InvalidOperation:
+        return False
 
 
 def _sources_text(sources: dict[str, int]) -> str:
