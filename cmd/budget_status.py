@@ -11,6 +11,7 @@ in a log; a call of unknown cost counts $0 and in ``unknown_calls``, as at a res
 
 from decimal import Decimal
 
+from sessionwarden.actors.ledger_rollup import exact_sum
 from sessionwarden.config import Config
 from sessionwarden.domain.budgets import Tally
 from sessionwarden.domain.spend_caps import SessionBudget, budget_of
@@ -41,7 +42,7 @@ def read_budget(log: EventLog, config: Config, session_id: str) -> SessionBudget
         event = CODEC.decode(record.type, record.data)
         if isinstance(event, SessionCapSet) and event.session_id == session_id:
             cap = None if event.usd is None else Decimal(event.usd)
-    spent, unknown, parent = Decimal(0), 0, ""
+    parent = ""
     conn = log.read_connection()
     with conn:  # one read transaction: the tree and the ledger agree
         if _has_table(log, "view_session_parents"):
@@ -52,9 +53,7 @@ def read_budget(log: EventLog, config: Config, session_id: str) -> SessionBudget
         else:  # a log no daemon of this version has written to yet
             costs = [c for (c,) in conn.execute(
                 "SELECT cost FROM view_ledger WHERE session_id = ?", (session_id,))]
-    for cost in costs:
-        if cost is None:
-            unknown += 1
-        else:
-            spent += Decimal(cost)
+    # A cost that is not a finite number (an old or altered log) is unknown, as in
+    # ``usage``: never a crash, never NaN spent.
+    spent, unknown = exact_sum(costs)
     return budget_of(session_id, cap, Tally(spent, Decimal(0), unknown), parent)

@@ -116,6 +116,12 @@ def test_a_cost_that_is_not_a_number_is_unknown_never_nan(
             _session(log, clock, sid, "gpt-4.1", cost)
     listed = json.loads(out_of(capsys, "usage", "--db", str(path), "--json"))
     assert [(r["cost"], r["cost_status"]) for r in listed] == [(None, "unknown")] * 3
+    for sid in ("nan", "inf", "junk"):  # the budget line counts it unknown too
+        text = out_of(capsys, "status", "--db", str(path), "--session", sid)
+        assert "spent unknown: 1 call of unknown cost" in text and "NaN" not in text
+        shown = json.loads(out_of(capsys, "status", "--db", str(path), "--session", sid,
+                                  "--json"))
+        assert shown["budget"]["spent"] == "0" and shown["budget"]["unknown_calls"] == 1
     config = tmp_path / "config.toml"
     config.write_text('[[providers]]\nname = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
                       'keys = ["env:HOSTILE_TEST_KEY"]\n')
