@@ -9,8 +9,8 @@ can answer from a few rows per session and day instead of every call (issue 12: 
 A row is one (day, session, provider, model, credential, usage ``source``,
 ``cost_status``): a group keeps what ``usage`` prints per source and status. ``calls``
 counts them, the token columns are sums, ``unpriced`` counts calls with no cost (or one
-that is not a number: a foreign writer's), ``cost`` is the exact sum of the others'
-costs as a Decimal string (no rounding: a 200-digit context, so the sum does not
+that is not a finite number of sane size: a foreign writer's), ``cost`` is the exact sum
+of the others' costs as a Decimal string (no rounding: a 200-digit context, so the sum does not
 depend on the order calls were added in), ``first_at``/``last_at`` the first and last
 ``recorded_at``.
 
@@ -38,15 +38,26 @@ _SUMS = ("calls", "input_tokens", "output_tokens", "cache_read_tokens",
          "cache_write_tokens", "reasoning_tokens", "unpriced")
 
 
+#: A recorded cost beyond these is junk (an altered log's), counted as unknown: above a
+#: trillion dollars a sum could overflow, and below 1e-150 it could not stay exact in
+#: 200 digits. The daemon's own costs (capped prices times token counts) are far inside.
+_MAX_COST = Decimal(10) ** 12
+_MIN_EXPONENT = -150
+
+
 def exact_sum(costs: Sequence[str | None]) -> tuple[Decimal, int]:
-    """The exact sum of the costs that are numbers, and how many were not (None or junk)."""
+    """The exact sum of the costs that are numbers, and how many were not (None or junk).
+
+    Junk: not a number, not finite, or absurd in size (see ``_MAX_COST``).
+    """
     total, bad = Decimal(0), 0
     for text in costs:
         try:
             value = Decimal(text) if text is not None else None
         except decimal.InvalidOperation:
             value = None
-        if value is None or not value.is_finite():
+        if value is None or not value.is_finite() or abs(value) > _MAX_COST or (
+                value and value.adjusted() < _MIN_EXPONENT):
             bad += 1
         else:
             total = _EXACT.add(total, value)

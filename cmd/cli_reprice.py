@@ -30,11 +30,12 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import apsw
+from sessionwarden.actors.ledger_rollup import exact_sum
 from sessionwarden.cmd.cli_usage import EXACT, Group, print_listing
 from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.errors import CommandError
@@ -103,12 +104,9 @@ def _group(key: str) -> Repriced:
 def _recorded_cost(text: str | None, status: str) -> Decimal | None:
     if text is None or status == "unknown":
         return None
-    try:
-        amount = Decimal(text)
-    except InvalidOperation:
-        return None
-    # "NaN" or "Infinity" parse but are no amount: unknown, as ``usage`` counts them.
-    return amount if amount.is_finite() else None
+    # "NaN", "Infinity" or an absurd amount: unknown, as ``usage`` counts them.
+    amount, junk = exact_sum([text])
+    return None if junk else amount
 
 
 def reprice_rows(rows: Iterable[Any], book: PriceBook) -> dict[str, Repriced]:

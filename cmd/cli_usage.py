@@ -12,7 +12,8 @@ Cost rules (a cost that is not known is never shown as 0):
 * otherwise, when every call has the same status (``"actual"``, or e.g. ``"estimated"``
   once pricing exists) the group has that status; when known statuses mix, ``"partial"``;
 * known costs are summed exactly as :class:`~decimal.Decimal` from the strings in the
-  ledger (a cost that is not a number counts as unknown).
+  ledger (a cost that is not a finite number, or is absurd — above $10^12 or below
+  1e-150 — counts as unknown: an altered log must not crash or skew a sum).
 
 ``usage`` reads the ledger's daily sums (``view_ledger_daily``, see
 ``actors/ledger_rollup.py``) when its window is whole UTC days (no ``--since`` or

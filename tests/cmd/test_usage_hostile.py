@@ -112,10 +112,13 @@ def test_a_cost_that_is_not_a_number_is_unknown_never_nan(
         monkeypatch: pytest.MonkeyPatch) -> None:
     path, clock = tmp_path / "events.db", Clock()
     with EventLog(path, projections=default_projections(), clock=clock) as log:
-        for sid, cost in (("nan", "NaN"), ("inf", "Infinity"), ("junk", "12 dollars")):
+        for sid, cost in (("nan", "NaN"), ("inf", "Infinity"), ("junk", "12 dollars"),
+                          ("huge", "9e999999"), ("huger", "9e999999"), ("tiny", "1e-999999")):
             _session(log, clock, sid, "gpt-4.1", cost)
-    listed = json.loads(out_of(capsys, "usage", "--db", str(path), "--json"))
-    assert [(r["cost"], r["cost_status"]) for r in listed] == [(None, "unknown")] * 3
+    for argv in (("--json",), ("--json", "--since", "2026-11-29T09:00:00"),
+                 ("--json", "--by", "model")):  # from the daily sums and from the calls
+        listed = json.loads(out_of(capsys, "usage", "--db", str(path), *argv))
+        assert {(r["cost"], r["cost_status"]) for r in listed} == {(None, "unknown")}
     for sid in ("nan", "inf", "junk"):  # the budget line counts it unknown too
         text = out_of(capsys, "status", "--db", str(path), "--session", sid)
         assert "spent unknown: 1 call of unknown cost" in text and "NaN" not in text
