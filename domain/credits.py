@@ -38,12 +38,13 @@ credits tracker (hermes-behaviour.md §6), each with the fault it prevents:
 
 Decisions where §6 is silent: a reading older than the last one from the same source
 (``as_of_ms`` going back, as parallel responses may arrive out of order) is ignored, so
-notices do not flap; messages are ASCII (they travel in an HTTP header), one line,
-without ``;`` (it separates notices in the header), and carry only validated figures
-(never a header's free text, never a key). Balance endpoints are polled at most once a
-minute per account (:func:`next_poll`): notices move in 15-25 point bands, so a
-minute's lag changes nothing, while each poll is a request against the same key's rate
-limit.
+notices do not flap, unless the last one is dated more than :data:`AS_OF_SKEW_MS` ahead
+of our clock (one answer dated years ahead must not freeze the notices); messages are
+ASCII (they travel in an HTTP header), one line, without ``;`` (it separates notices in
+the header), and carry only validated figures (never a header's free text, never a key).
+Balance endpoints are polled at most once a minute per account (:func:`next_poll`):
+notices move in 15-25 point bands, so a minute's lag changes nothing, while each poll is
+a request against the same key's rate limit.
 """
 
 from collections.abc import Iterable
@@ -56,6 +57,7 @@ import msgspec
 from sessionwarden.domain.credit_readings import CreditReading
 
 __all__ = [
+    "AS_OF_SKEW_MS",
     "BANDS",
     "GRANT_UNSPENT_MIN_MICROS",
     "POLL_INTERVAL",
@@ -77,6 +79,8 @@ BANDS: tuple[tuple[Fraction, int, Literal["info", "warn"]], ...] = (
 )
 #: A grant counts as unspent from 1 cent up: sub-cent residue is rounding, not a grant.
 GRANT_UNSPENT_MIN_MICROS = 10_000
+#: How far ahead of our clock a reading's ``as_of_ms`` may be and still order readings.
+AS_OF_SKEW_MS = 5 * 60 * 1000
 #: How long the "restored" notice lasts.
 RESTORED_TTL_MS = 8000
 #: The least time between two polls of one account's balance endpoint.
@@ -187,13 +191,16 @@ def _clear(kind: NoticeKind) -> Notice:
     )
 
 
-def _stale(state: CreditState, reading: CreditReading) -> bool:
+def _stale(state: CreditState, reading: CreditReading, now: datetime) -> bool:
     last = state.reading
     return (
         last is not None
         and last.source == reading.source
         and reading.as_of_ms > 0
         and reading.as_of_ms < last.as_of_ms
+        # A last reading dated in the future is no order to keep: one answer dated
+        # years ahead would otherwise make every later one "older", ignored for good.
+        and last.as_of_ms <= now.timestamp() * 1000 + AS_OF_SKEW_MS
     )
 
 
@@ -219,7 +226,7 @@ def observe(
         The new state and the notices, clears before shows. A reading older than the last
         one of its source changes nothing.
     """
-    if (seed and state.reading is not None) or _stale(state, reading):
+    if (seed and state.reading is not None) or _stale(state, reading, now):
         return state, ()
     uf = reading.used_fraction
     below = state.seen_below_lowest or (uf is not None and (seed or uf < BANDS[0][0]))

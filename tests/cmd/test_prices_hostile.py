@@ -203,3 +203,35 @@ def test_a_negative_balance_is_debt_clamped_in_the_gauge() -> None:
     assert reading is not None and reading.subscription_micros == -25_500_000
     assert reading.remaining_micros == 0 and reading.used_fraction == 1
     assert Decimal(reading.subscription_usd) == Decimal("-25.50")
+
+
+def _reading(as_of_ms: int, *, paid: bool = True, left: int = 40) -> Any:
+    from sessionwarden.domain.credit_readings import CreditReading
+    return CreditReading(
+        remaining_micros=left * 1_000_000, remaining_usd=f"{left}.00",
+        subscription_micros=left * 1_000_000, subscription_usd=f"{left}.00",
+        rollover_micros=0, purchased_micros=0, purchased_usd="0.00", as_of_ms=as_of_ms,
+        subscription_limit_micros=100_000_000, subscription_limit_usd="100.00",
+        denominator_kind="subscription_cap", paid_access=paid)
+
+
+def test_a_far_future_as_of_does_not_freeze_the_notices() -> None:
+    from datetime import UTC, datetime
+
+    from sessionwarden.domain.credits import CreditState, observe
+    now = datetime(2026, 12, 2, 7, 0, tzinfo=UTC)
+    now_ms = int(now.timestamp() * 1000)
+    state, _ = observe(CreditState(), _reading(now_ms, left=80), model_is_free=False, now=now)
+    # one answer dated in year ~316 million (a bug or a hostile upstream: 19 digits)…
+    state, _ = observe(state, _reading(9_999_999_999_999_999_999, left=80),
+                       model_is_free=False, now=now)
+    # …must not make every later, genuine reading "older" and ignored: paid access off
+    # is still announced, and a 95 % use too
+    state, notices = observe(state, _reading(now_ms + 1000, paid=False, left=5),
+                             model_is_free=False, now=now)
+    assert {n.kind for n in notices if n.action == "show"} == {"depleted", "band"}
+    # a reading genuinely out of order (parallel answers) is still ignored
+    state, _ = observe(state, _reading(now_ms + 5000, paid=False, left=5),
+                       model_is_free=False, now=now)
+    assert observe(state, _reading(now_ms + 2000, left=80), model_is_free=False,
+                   now=now)[1] == ()
