@@ -84,7 +84,8 @@ def test_odd_ids_duplicates_and_size_limits() -> None:
 
 
 class _Listings(http.server.BaseHTTPRequestHandler):
-    """``/bomb``: a gzip bomb; ``/away``: a redirect to another host's ``/list``."""
+    """``/bomb``: a gzip bomb; ``/endless``: a body without end; ``/away``: a redirect
+    to another host's ``/list``."""
 
     bomb = b""
     other = ""
@@ -101,6 +102,14 @@ class _Listings(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(self.bomb)))
             self.end_headers()
             self.wfile.write(self.bomb)
+        elif self.path == "/endless":  # no length, no end: stopped by the reader
+            self.send_response(200)
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b" " * 65536)
+            except OSError:
+                pass
         elif self.path == "/away":
             self.send_response(302)
             self.send_header("Location", f"{self.other}/list")
@@ -143,6 +152,7 @@ def test_a_gzip_bomb_is_dropped_and_a_redirect_carries_no_key(
     config = parse_config("".join(
         f'[[providers]]\nname = "{name}"\nbase_url = "{here}/v1"\nkeys = ["env:HOSTILE_KEY"]\n'
         f'pricing_url = "{here}/{path}"\n' for name, path in (("bomb", "bomb"),
+                                                               ("endless", "endless"),
                                                                ("away", "away"))))
     warnings: list[str] = []
     sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING")
@@ -155,7 +165,9 @@ def test_a_gzip_bomb_is_dropped_and_a_redirect_carries_no_key(
             await listings.start()  # each provider's first fetch at once, then in an hour
             try:
                 deadline = time.monotonic() + 10
-                while "away" not in book.listings or not any("bomb" in w for w in warnings):
+                while "away" not in book.listings or not all(
+                        any(f"{name} not refreshed" in w for w in warnings)
+                        for name in ("bomb", "endless")):
                     assert time.monotonic() < deadline, "the first fetches did not end"
                     await asyncio.sleep(0.02)
             finally:
@@ -166,9 +178,10 @@ def test_a_gzip_bomb_is_dropped_and_a_redirect_carries_no_key(
         book = asyncio.run(first_refreshes())
     finally:
         logger.remove(sink)
-    assert set(book.listings) == {"away"}  # the bomb's provider keeps the library's prices
-    assert any("bomb not refreshed: sent more than 16 MiB" in w for w in warnings)
-    assert sorted(p for p, _ in _Listings.seen) == ["/away", "/bomb", "/list"]
+    assert set(book.listings) == {"away"}  # the others keep the library's prices
+    for name in ("bomb", "endless"):
+        assert any(f"{name} not refreshed: sent more than 16 MiB" in w for w in warnings)
+    assert sorted(p for p, _ in _Listings.seen) == ["/away", "/bomb", "/endless", "/list"]
     sent = json.dumps(_Listings.seen)
     assert KEY not in sent and "authorization" not in sent
     assert dict(_Listings.seen)["/list"]["host"].startswith("127.0.0.2")

@@ -146,3 +146,20 @@ def test_bounds_at_the_ends_of_time_cover_everything(
     argv += ["--since", since] if since else []
     argv += ["--until", until] if until else []
     assert len(json.loads(out_of(capsys, *argv))) == 3
+
+
+def test_a_128_character_session_id_is_whole_in_json_and_csv_and_cut_in_the_table(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sid = "@" + "a:b.c_d-" * 15 + "z" * 7  # the longest id X-Session-Id allows
+    assert len(sid) == 128
+    path, clock = tmp_path / "events.db", Clock()
+    with EventLog(path, projections=default_projections(), clock=clock) as log:
+        _session(log, clock, sid, "gpt-4.1", "0.25")
+    assert json.loads(out_of(capsys, "usage", "--db", str(path), "--json"))[0]["session"] == sid
+    rows = list(csv.reader(io.StringIO(out_of(capsys, "usage", "--db", str(path), "--csv"))))
+    assert rows[1][0] == "'" + sid
+    monkeypatch.setenv("COLUMNS", "80")
+    table = out_of(capsys, "usage", "--db", str(path))
+    assert "…" in table and all(len(line) <= 80 for line in table.splitlines())
+    assert "REQUESTS" in table and "COST" in table  # the numbers are never pushed out
