@@ -66,7 +66,12 @@ from sessionwarden.domain.budgets import (
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.spend_caps import session_budget
-from sessionwarden.domain.worst_case import call_worst_case, output_bound, requested_max_tokens
+from sessionwarden.domain.worst_case import (
+    call_worst_case,
+    output_bound,
+    requested_choices,
+    requested_max_tokens,
+)
 from sessionwarden.events import BUDGETS_STREAM, CODEC, SessionCapSet
 from sessionwarden.store import ANY, EventLog, StreamAppend
 from sessionwarden.store.errors import StoreError
@@ -186,7 +191,8 @@ class UsageLedgerActor(GovernedActor):
             entry = self._config.model_for(request.provider, request.model)
             fields = getattr(request.body, "fields", None)
             bound = output_bound(requested_max_tokens(fields),
-                                 entry.max_output_tokens if entry is not None else None)
+                                 entry.max_output_tokens if entry is not None else None,
+                                 requested_choices(fields))
             try:
                 lookup = self._prices.lookup(request.provider, request.model, at=now)
             except Exception as exc:  # the price data's own failure: no price, said so

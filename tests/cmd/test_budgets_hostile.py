@@ -10,6 +10,7 @@ $2 / $8 per million input / output tokens) and the fake upstream.
 
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import openai
 import pytest
 
 from tests.cmd.inprocess import InProcessDaemon
-from tests.cmd.test_budgets_e2e import PRICED
+from tests.cmd.test_budgets_e2e import PRICED, call, usage
 from tests.support.fake_provider import FakeProviderServer
 
 
@@ -92,3 +93,84 @@ def test_hostile_cap_bodies_get_a_short_400_and_change_nothing(
         assert api.put(f"/v1/sessions/{edge}b/budget",
                        json={"session_usd": "1"}).status_code == 400
         assert api.get("/v1/sessions/a%2Fb/budget").status_code in (400, 404)
+
+
+def test_n_choices_multiply_the_output_a_call_may_cost(
+    daemon: InProcessDaemon, fake: FakeProviderServer
+) -> None:
+    # n = 10 answers of up to 1,000 tokens each: $0.08 of output, above the $0.015 cap.
+    with daemon.openai(session="many") as client, pytest.raises(openai.APIStatusError) as caught:
+        call(client, max_tokens=1000, n=10)
+    assert caught.value.status_code == 402
+    error = caught.value.body
+    assert isinstance(error, dict) and error["code"] == "request_exceeds_cap"
+    assert fake.state.snapshot() == []
+    with daemon.openai(session="many") as client:  # an odd n counts as one answer
+        for n in (1, 0, -3):
+            assert status_of(lambda n=n: call(client, max_tokens=100, n=n)) == 200
+
+
+def test_absurd_output_limits_are_refused_or_reserved_sanely(
+    daemon: InProcessDaemon, fake: FakeProviderServer
+) -> None:
+    with daemon.openai(session="limits") as client:
+        huge = [status_of(lambda v=v: call(client, max_tokens=v))
+                for v in (10**12, 10**30, 2**63, 2**64 + 1)]
+        assert huge == [402] * 4
+        odd = [status_of(lambda b=b: call(client, body=b)) for b in (
+            {"max_tokens": -1}, {"max_tokens": "1000"}, {"max_tokens": 1.5},
+            {"max_tokens": 1e300}, {"max_tokens": None}, {"max_tokens": True},
+            {"max_completion_tokens": 10**12}, {"max_completion_tokens": 1, "max_tokens": 10**9},
+        )]
+    # No limit the daemon can read: the default bound (32,768 tokens, $0.26) > the cap.
+    assert odd == [402] * 8
+    assert fake.state.snapshot() == []
+    with control(daemon) as api:
+        budget = api.get("/v1/sessions/limits/budget").json()
+    assert (budget["spent"], budget["reserved"]) == ("0", "0")
+    # An enormous input against the cap: refused as too big, never sent.
+    with daemon.openai(session="limits") as client, pytest.raises(
+            openai.APIStatusError) as caught:
+        client.chat.completions.create(model="priced", max_tokens=10, messages=[
+            {"role": "user", "content": "word " * 200_000}])
+    assert caught.value.status_code in (400, 402, 413)
+    assert fake.state.snapshot() == []
+
+
+def test_parent_cycles_self_parents_and_deep_chains_hold_across_a_restart(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start(tmp_path, fake, extra="")
+    names = ["a", "b", "self"] + [f"deep-{i:03d}" for i in range(70)]
+    try:
+        with control(daemon) as api:
+            for name in ("a", "b", "self"):
+                api.put(f"/v1/sessions/{name}/budget", json={"session_usd": "5"})
+        lineage = [("a", "b"), ("b", "a"), ("self", "self")]
+        # A chain 70 deep, its children named before their parents in sorted order.
+        lineage += [(f"deep-{i:03d}", f"deep-{i + 1:03d}") for i in range(69, -1, -1)]
+        for session, parent in lineage:
+            with daemon.openai(session=session) as client:
+                call(client, body=usage(10, 10), extra_headers={"X-Session-Parent": parent})
+        with daemon.openai(session="odd") as client:
+            for parent in ("../x", "a b", "é", "x" * 10_000, "a\tb"):
+                try:
+                    status = status_of(lambda p=parent: call(
+                        client, extra_headers={"X-Session-Parent": p}))
+                except (UnicodeEncodeError, httpx.LocalProtocolError):
+                    status = 400  # the client itself refuses to send it
+                assert status == 400, parent
+        with control(daemon) as api:
+            live = {s: api.get(f"/v1/sessions/{s}/budget").json() for s in names}
+    finally:
+        daemon.stop()
+    assert live["a"]["parent"] == "b" and live["b"]["parent"] == ""
+    assert live["self"]["parent"] == ""
+    assert Decimal(live["b"]["spent"]) == 2 * Decimal(live["self"]["spent"]) > 0
+    again = start(tmp_path, fake)
+    try:
+        with control(again) as api:
+            after = {s: api.get(f"/v1/sessions/{s}/budget").json() for s in names}
+    finally:
+        again.stop()
+    assert after == live
