@@ -115,6 +115,9 @@ class UsageLedgerActor(GovernedActor):
         self._prices = prices
         self._clock = clock or SystemClock()
         self._spend = Spend()
+        #: Every session that ever asked for admission (its first call fixed its parent,
+        #: in SessionStarted): a later call's X-Session-Parent must not give it another.
+        self._started: set[str] = set()
         self._overrides: dict[str, Decimal | None] = {}
         self._caps = caps_of(config, {})
 
@@ -124,11 +127,16 @@ class UsageLedgerActor(GovernedActor):
         self._caps = caps_of(self._config, self._overrides)
 
     def load(self) -> tuple[Spend, dict[str, Decimal | None]]:
-        """The one loader: every completed call's cost, the lineage, the sessions' caps."""
+        """The one loader: every completed call's cost, the lineage, the sessions' caps.
+
+        It also learns every session the log has started (their parents are fixed).
+        """
         conn = self._log.read_connection()
         with conn:  # one read transaction: the ledger and the parents agree
             parents = {str(s): str(p) for s, p in conn.execute(
                 "SELECT session_id, parent FROM view_session_parents")}
+            self._started.update(str(s) for (s,) in conn.execute(
+                "SELECT session_id FROM view_sessions"))
             spend = rebuild(
                 ((s, p, d, None if c is None else Decimal(c)) for s, p, d, c in conn.execute(
                     "SELECT session_id, provider, day, cost FROM view_ledger")),
@@ -176,9 +184,12 @@ class UsageLedgerActor(GovernedActor):
         """``request`` with its parent as the ledger knows it and its reservation or refusal."""
         spend = self._spend
         session = request.session_id
-        # A parent counts only for a session the ledger has not seen spend anything: a
-        # session's lineage must not change under money it already holds.
-        if (request.parent_session and session not in spend.parents
+        # A parent counts only on a session's first call (SessionStarted records the
+        # parent this returns, and a restart folds that back), and only for a session the
+        # ledger has not seen spend anything: a lineage must not change under its money.
+        first = session not in self._started
+        self._started.add(session)
+        if (first and request.parent_session and session not in spend.parents
                 and not spend.knows(Scope("session", session))):
             spend = adopt(spend, session, request.parent_session)
         parent = spend.parents.get(session, "")
@@ -217,7 +228,8 @@ class UsageLedgerActor(GovernedActor):
             self._spend = settle(self._spend, held, cost)
         else:  # a side call, a call admitted while no cap applied, or before a restart
             session = message.session_id
-            if (message.parent and session not in self._spend.parents
+            if (message.parent and session not in self._started
+                    and session not in self._spend.parents
                     and not self._spend.knows(Scope("session", session))):
                 self._spend = adopt(self._spend, session, message.parent)
             self._spend = charge(self._spend, message.session_id, message.provider, cost,

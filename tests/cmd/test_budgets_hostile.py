@@ -137,6 +137,28 @@ def test_absurd_output_limits_are_refused_or_reserved_sanely(
     assert fake.state.snapshot() == []
 
 
+def test_a_parent_named_after_a_refused_first_call_is_not_adopted(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start(tmp_path, fake)
+    try:
+        with daemon.openai(session="kid") as client:
+            assert status_of(lambda: call(client, max_tokens=10**6)) == 402  # first call
+            call(client, body=usage(1000, 1000), extra_headers={"X-Session-Parent": "mom"})
+        with control(daemon) as api:
+            live = [api.get(f"/v1/sessions/{s}/budget").json() for s in ("kid", "mom")]
+    finally:
+        daemon.stop()
+    # The parent is fixed by the session's first call, which named none.
+    assert live[0]["parent"] == "" and live[1]["spent"] == "0"
+    again = start(tmp_path, fake)
+    try:
+        with control(again) as api:
+            assert [api.get(f"/v1/sessions/{s}/budget").json() for s in ("kid", "mom")] == live
+    finally:
+        again.stop()
+
+
 def test_parent_cycles_self_parents_and_deep_chains_hold_across_a_restart(
     tmp_path: Path, fake: FakeProviderServer
 ) -> None:
