@@ -8,6 +8,7 @@ against an in-process daemon (``tests/cmd/test_budgets_e2e.py``'s ``priced`` mod
 $2 / $8 per million input / output tokens) and the fake upstream.
 """
 
+import threading
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -196,3 +197,104 @@ def test_parent_cycles_self_parents_and_deep_chains_hold_across_a_restart(
     finally:
         again.stop()
     assert after == live
+
+
+def test_every_reservation_ends_settled_or_released_whatever_the_upstream_does(
+    daemon: InProcessDaemon, fake: FakeProviderServer
+) -> None:
+    api = control(daemon)
+    assert api.put("/v1/sessions/race/budget", json={"session_usd": "0.45"}).status_code == 200
+    kinds: list[dict[str, Any]] = [
+        {"body": {"fake": {"delay_ms": 200}}},
+        {"body": {"fake": {"status": 500}}},
+        {"body": {"fake": {"status": 429, "headers": {"retry-after": "1"}}}},
+        {"body": {"fake": {"break_after_chunks": 1}}, "stream": True},
+        {"body": {"fake": {"usage": "missing"}}, "stream": True},
+        {"body": {"fake": {"chunk_delay_ms": 300, "stream_chunks": 5}}, "leave": True},
+    ]
+    statuses: list[int] = []
+    lock = threading.Lock()
+    gate = threading.Barrier(25)
+    url = f"http://127.0.0.1:{daemon.port}/v1/chat/completions"
+    headers = {"Authorization": f"Bearer {daemon.token}", "X-Session-Id": "race"}
+
+    def one(kind: dict[str, Any]) -> None:
+        gate.wait()
+        body = {"model": "priced", "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 10_000, **kind["body"]}
+        if kind.get("leave"):  # a client that leaves mid-stream
+            with httpx.stream("POST", url, headers=headers, timeout=10,
+                              json={**body, "stream": True}) as reply:
+                status = reply.status_code
+                for _ in reply.iter_bytes():
+                    break
+        else:
+            reply = httpx.post(url, headers=headers, timeout=10,
+                               json={**body, "stream": bool(kind.get("stream"))})
+            status = reply.status_code
+            assert "Traceback" not in reply.text
+        with lock:
+            statuses.append(status)
+
+    def caps() -> None:
+        gate.wait()
+        for usd in ("0.1", None, "0.45", "0.2", None, "0.45"):
+            assert api.put("/v1/sessions/race/budget",
+                           json={"session_usd": usd}).status_code == 200
+            time.sleep(0.03)
+
+    threads = [threading.Thread(target=one, args=(kinds[i % len(kinds)],))
+               for i in range(24)] + [threading.Thread(target=caps)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(statuses) == 24 and set(statuses) <= {200, 402, 429, 500, 502}
+    deadline = time.monotonic() + 10
+    while (budget := api.get("/v1/sessions/race/budget").json())["reserved"] != "0":
+        assert time.monotonic() < deadline, budget
+        time.sleep(0.05)
+    api.close()
+    admitted = [e for e in daemon.types("session-race") if e.startswith("session.call_admitted")]
+    rows = daemon.rows("SELECT call_id, cost FROM view_ledger WHERE session_id = 'race'")
+    assert len(rows) == len(admitted) == len({r[0] for r in rows})
+    # An error answer (429, 500) costs nothing: $0 for the cap, as for the ledger's sum.
+    known = sum(Decimal(c) for _, c in rows if c is not None)
+    assert Decimal(budget["spent"]) == known
+
+
+def test_a_client_that_leaves_before_the_answer_is_charged_the_worst_case(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    # The upstream has the request and bills it whether or not anyone reads the answer.
+    daemon = start(tmp_path, fake)
+    url = f"http://127.0.0.1:{daemon.port}/v1/chat/completions"
+    headers = {"Authorization": f"Bearer {daemon.token}", "X-Session-Id": "leaver"}
+    try:
+        for stream in (False, True):
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(url, headers=headers, timeout=httpx.Timeout(5, read=0.3), json={
+                    "model": "priced", "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 800, "stream": stream, "fake": {"delay_ms": 1500}})
+        deadline = time.monotonic() + 10
+        with control(daemon) as api:
+            while (budget := api.get("/v1/sessions/leaver/budget").json())[
+                    "unknown_calls"] < 2 or budget["reserved"] != "0":
+                assert time.monotonic() < deadline, budget
+                time.sleep(0.05)
+            # Two worst cases of $0.0064 each: a third such call no longer fits $0.015.
+            assert Decimal(budget["spent"]) > Decimal("0.0128")
+        with daemon.openai(session="leaver") as client, pytest.raises(
+                openai.APIStatusError) as caught:
+            call(client, max_tokens=800)
+        assert caught.value.status_code == 402
+    finally:
+        daemon.stop()
+    assert len(fake.state.snapshot()) == 2  # both were sent
+    # After a restart the ledger's rows say "unknown": counted as such, at $0.
+    again = start(tmp_path, fake)
+    try:
+        with control(again) as api:
+            assert api.get("/v1/sessions/leaver/budget").json()["unknown_calls"] == 2
+    finally:
+        again.stop()
