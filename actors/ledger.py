@@ -38,6 +38,7 @@ import msgspec
 import pykka
 from loguru import logger
 from sessionwarden.actors.bridge import PENDING, Call, GovernedActor, Reply, tell
+from sessionwarden.actors.budget_views import BUDGET_COST
 from sessionwarden.actors.errors import ActorCrash
 from sessionwarden.actors.messages import (
     Admit,
@@ -139,7 +140,7 @@ class UsageLedgerActor(GovernedActor):
                 "SELECT session_id FROM view_sessions"))
             spend = rebuild(
                 ((s, p, d, None if c is None else Decimal(c)) for s, p, d, c in conn.execute(
-                    "SELECT session_id, provider, day, cost FROM view_ledger")),
+                    f"SELECT session_id, provider, day, {BUDGET_COST} FROM view_ledger")),
                 parents, self._clock.now())
         overrides: dict[str, Decimal | None] = {}
         for record in self._log.read_stream(BUDGETS_STREAM):
