@@ -11,6 +11,7 @@ $2 / $8 per million input / output tokens) and the fake upstream.
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,11 @@ import msgspec
 import openai
 import pytest
 from sessionwarden.actors.budget_views import BUDGET_COST
+from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.budget_status import read_budget
 from sessionwarden.store import EventLog
 
+from tests.cmd.daemon_fixtures import MODEL
 from tests.cmd.inprocess import InProcessDaemon
 from tests.cmd.test_budgets_e2e import PRICED, call, usage
 from tests.support.fake_provider import FakeProviderServer
@@ -168,17 +171,20 @@ def test_parent_cycles_self_parents_and_deep_chains_hold_across_a_restart(
     tmp_path: Path, fake: FakeProviderServer
 ) -> None:
     daemon = start(tmp_path, fake, extra="")
-    names = ["a", "b", "self"] + [f"deep-{i:03d}" for i in range(70)]
+    names = ["a", "b", "self", "deep-000", "deep-001", "deep-002", "deep-064", "deep-065"]
     try:
         with control(daemon) as api:
             for name in ("a", "b", "self"):
                 api.put(f"/v1/sessions/{name}/budget", json={"session_usd": "5"})
         lineage = [("a", "b"), ("b", "a"), ("self", "self")]
-        # A chain 70 deep, its children named before their parents in sorted order.
-        lineage += [(f"deep-{i:03d}", f"deep-{i + 1:03d}") for i in range(69, -1, -1)]
-        for session, parent in lineage:
-            with daemon.openai(session=session) as client:
-                call(client, body=usage(10, 10), extra_headers={"X-Session-Parent": parent})
+        # A chain 66 deep (the ledger follows 64), children sorted before their parents.
+        lineage += [(f"deep-{i:03d}", f"deep-{i + 1:03d}") for i in range(65, -1, -1)]
+        with control(daemon) as raw:  # one plain client: 70 SDK clients are slow to make
+            for session, parent in lineage:
+                assert raw.post("/v1/chat/completions", json={
+                    "model": "priced", "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 100, **usage(10, 10)}, headers={
+                    "X-Session-Id": session, "X-Session-Parent": parent}).status_code == 200
         with daemon.openai(session="odd") as client:
             for parent in ("../x", "a b", "é", "x" * 10_000, "a\tb"):
                 try:
@@ -316,7 +322,7 @@ def test_error_answers_count_the_same_before_and_after_a_restart(
     daemon = start(tmp_path, fake)
     try:
         with daemon.openai(session="errs") as client:
-            for status in (500, 400):
+            for status in (422, 400):
                 assert status_of(lambda s=status: call(
                     client, body={"fake": {"status": s}})) == status
             call(client, body=usage(1000, 1000))
@@ -335,3 +341,91 @@ def test_error_answers_count_the_same_before_and_after_a_restart(
     with EventLog(tmp_path / "events.db", readonly=True) as log:  # the daemon stopped
         stopped = msgspec.to_builtins(read_budget(log, again.config, "errs"))
     assert (stopped["spent"], stopped["unknown_calls"]) == ("0.01", 0)
+
+
+def test_a_provider_day_cap_across_utc_midnight_and_an_allowed_unpriced_model(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    clock = FakeClock(datetime(2026, 12, 2, 23, 59, 59, 500_000, tzinfo=UTC))
+    extra = f"""allow_unpriced = true
+[[providers]]
+name = "capped"
+base_url = "{fake.base_url}"
+keys = ["env:FAKE_KEY_A"]
+daily_usd = "0.01"
+[[models]]
+name = "capped-model"
+provider = "capped"
+price = {{ input = "0", output = "8.00" }}
+"""
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, clock=clock,
+                             extra_config=PRICED.format(extra=extra)).start()
+    try:
+        statuses: list[int] = []
+
+        def spend(session: str, delay_ms: int = 0) -> None:
+            with daemon.openai(session=session) as client:
+                statuses.append(status_of(lambda: call(
+                    client, model="capped-model", max_tokens=1000,
+                    body={**usage(0, 1000), "fake": {**usage(0, 1000)["fake"],
+                                                     "delay_ms": delay_ms}})))
+
+        # Reserved at 23:59:59.5, answered after midnight: spent on the day it was sent.
+        late = threading.Thread(target=spend, args=("night", 600))
+        late.start()
+        time.sleep(0.3)
+        clock.set(datetime(2026, 12, 3, 0, 0, 1, tzinfo=UTC))
+        late.join(10)
+        spend("morning")  # the new day's $0.01 holds its $0.008
+        with daemon.openai(session="morning-2") as client, pytest.raises(
+                openai.APIStatusError) as caught:
+            call(client, model="capped-model", max_tokens=1000)
+        with daemon.openai(session="free") as client:  # no price, allowed: reserves $0
+            call(client, model=MODEL)
+        time.sleep(0.2)  # its Settle follows the reply
+        with control(daemon) as api:
+            free = api.get("/v1/sessions/free/budget").json()
+    finally:
+        daemon.stop()
+    assert statuses == [200, 200]
+    assert caught.value.status_code == 402
+    assert int(caught.value.response.headers["retry-after"]) == 86_399
+    assert "daily cap of provider capped for 2026-12-03" in str(caught.value.body)
+    assert (free["spent"], free["reserved"], free["unknown_calls"]) == ("0", "0", 1)
+
+
+def test_a_restart_with_a_call_in_flight_holds_nothing_and_counts_it_once(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start(tmp_path, fake)
+    results: list[object] = []
+
+    def slow() -> None:
+        with daemon.openai(session="inflight") as client:
+            try:
+                results.append(call(client, max_tokens=1000, body={"fake": {"delay_ms": 4000}}))
+            except openai.APIError as exc:
+                results.append(exc)
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not fake.state.snapshot():  # the upstream has it
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with control(daemon) as api:
+            assert api.get("/v1/sessions/inflight/budget").json()["reserved"] == "0.008002"
+    finally:
+        daemon.stop()
+        thread.join(10)
+    again = start(tmp_path, fake)
+    try:
+        with control(again) as api:
+            budget = api.get("/v1/sessions/inflight/budget").json()
+        rows = again.rows("SELECT outcome FROM view_ledger WHERE session_id = 'inflight'")
+    finally:
+        again.stop()
+    assert len(rows) == 1 and results and not isinstance(results[0], str)
+    # Its cost is unknown (it was sent): counted once, at $0, and marked so.
+    assert (budget["reserved"], budget["unknown_calls"], budget["spent"]) == ("0", 1, "0")
