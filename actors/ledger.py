@@ -121,11 +121,16 @@ class UsageLedgerActor(GovernedActor):
         self._started: set[str] = set()
         self._overrides: dict[str, Decimal | None] = {}
         self._caps = caps_of(config, {})
+        #: Whether calls pass through here, reserved and settled, since this process
+        #: started: then the spend is live (reservations in flight included) and must
+        #: never be folded from the log again, even after every cap was lifted.
+        self._live = False
 
     def on_start(self) -> None:
         """Recover the spend and the sessions' caps from the log."""
         self._spend, self._overrides = self.load()
         self._caps = caps_of(self._config, self._overrides)
+        self._live = self._active()
 
     def load(self) -> tuple[Spend, dict[str, Decimal | None]]:
         """The one loader: every completed call's cost, the lineage, the sessions' caps.
@@ -237,9 +242,13 @@ class UsageLedgerActor(GovernedActor):
                                  self._clock.now())
 
     def _set_cap(self, message: SetSessionCap, reply: Reply) -> object:
-        if not self._active():
+        if not self._live:
             # Calls were neither reserved nor settled here: the log knows what they cost.
+            # (Once they were, the spend holds reservations the log cannot have, and a
+            # settlement on its way would be counted twice.) The proxy sends every call
+            # here from this cap on, even once it is lifted (``Runtime.caps_set``).
             self._spend, self._overrides = self.load()
+            self._live = True
         usd = message.usd
         event = SessionCapSet(session_id=message.session_id,
                               usd=None if usd is None else str(usd))

@@ -429,3 +429,48 @@ def test_a_restart_with_a_call_in_flight_holds_nothing_and_counts_it_once(
     assert len(rows) == 1 and results and not isinstance(results[0], str)
     # Its cost is unknown (it was sent): counted once, at $0, and marked so.
     assert (budget["reserved"], budget["unknown_calls"], budget["spent"]) == ("0", 1, "0")
+
+
+def test_a_cap_lifted_and_set_again_keeps_the_calls_in_flight_reserved(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    unbudgeted = PRICED.format(extra="").replace('session_usd = "0.015"', "")
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=unbudgeted).start()
+    api = control(daemon)
+    statuses: list[int] = []
+
+    def slow() -> None:
+        with daemon.openai(session="swing") as client:
+            statuses.append(status_of(lambda: call(
+                client, max_tokens=10_000, body={"fake": {"delay_ms": 1000}})))
+
+    threads = [threading.Thread(target=slow) for _ in range(5)]
+    try:
+        assert api.put("/v1/sessions/swing/budget", json={"session_usd": "0.45"}).is_success
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 5
+        while api.get("/v1/sessions/swing/budget").json()["reserved"] != "0.40001":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert api.put("/v1/sessions/swing/budget", json={"session_usd": None}).is_success
+        again = api.put("/v1/sessions/swing/budget", json={"session_usd": "0.45"}).json()
+        # The five calls in flight still hold their worst cases: a sixth does not fit.
+        assert again["reserved"] == "0.40001"
+        with daemon.openai(session="swing") as client:
+            assert status_of(lambda: call(client, max_tokens=10_000)) == 402
+        for thread in threads:
+            thread.join(10)
+        deadline = time.monotonic() + 5
+        while (budget := api.get("/v1/sessions/swing/budget").json())["reserved"] != "0":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        api.close()
+        daemon.stop()
+    assert statuses == [200] * 5
+    # Each call counted once: the log's five costs, no more.
+    with EventLog(tmp_path / "events.db", readonly=True) as log:
+        costs = [Decimal(c) for (c,) in log.read_connection().execute(
+            "SELECT cost FROM view_ledger WHERE session_id = 'swing'")]
+    assert len(costs) == 5 and Decimal(budget["spent"]) == sum(costs)
