@@ -139,8 +139,12 @@ class UsageLedgerActor(GovernedActor):
         """
         conn = self._log.read_connection()
         with conn:  # one read transaction: the ledger and the parents agree
+            # In the order the sessions started, the order adopt() saw them live: the
+            # chain's depth bound cuts the same link (by id, it cut another, or none).
             parents = {str(s): str(p) for s, p in conn.execute(
-                "SELECT session_id, parent FROM view_session_parents")}
+                "SELECT p.session_id, p.parent FROM view_session_parents p"
+                " LEFT JOIN view_sessions s ON s.session_id = p.session_id"
+                " ORDER BY s.started_at, p.session_id")}
             self._started.update(str(s) for (s,) in conn.execute(
                 "SELECT session_id FROM view_sessions"))
             spend = rebuild(

@@ -474,3 +474,27 @@ def test_a_cap_lifted_and_set_again_keeps_the_calls_in_flight_reserved(
         costs = [Decimal(c) for (c,) in log.read_connection().execute(
             "SELECT cost FROM view_ledger WHERE session_id = 'swing'")]
     assert len(costs) == 5 and Decimal(budget["spent"]) == sum(costs)
+
+
+def test_a_deep_chain_named_while_no_cap_applied_is_cut_where_it_would_have_been_live(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    unbudgeted = PRICED.format(extra="").replace('session_usd = "0.015"', "")
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=unbudgeted).start()
+    try:
+        with control(daemon) as raw:
+            # deep-065 starts first, under deep-066; each next one under the last. The
+            # ledger follows 64 ancestors: deep-002's parent would be the 65th, so it has
+            # none, and deep-001 starts a new chain under it (ids sort the other way).
+            for i in range(65, -1, -1):
+                assert raw.post("/v1/chat/completions", json={
+                    "model": "priced", "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 100, **usage(10, 10)}, headers={
+                    "X-Session-Id": f"deep-{i:03d}",
+                    "X-Session-Parent": f"deep-{i + 1:03d}"}).status_code == 200
+            raw.put("/v1/sessions/deep-066/budget", json={"session_usd": "5"})
+            parents = {i: raw.get(f"/v1/sessions/deep-{i:03d}/budget").json()["parent"]
+                       for i in (0, 2, 3)}
+    finally:
+        daemon.stop()
+    assert parents == {0: "deep-001", 2: "", 3: "deep-004"}
