@@ -125,6 +125,9 @@ class UsageLedgerActor(GovernedActor):
         #: started: then the spend is live (reservations in flight included) and must
         #: never be folded from the log again, even after every cap was lifted.
         self._live = False
+        #: The last ``view_ledger`` row the spend was folded from: a call recorded up to
+        #: it is counted already, whatever Settle still comes for it.
+        self._folded_seq = 0
 
     def on_start(self) -> None:
         """Recover the spend and the sessions' caps from the log."""
@@ -147,6 +150,8 @@ class UsageLedgerActor(GovernedActor):
                 " ORDER BY s.started_at, p.session_id")}
             self._started.update(str(s) for (s,) in conn.execute(
                 "SELECT session_id FROM view_sessions"))
+            self._folded_seq = int(conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM view_ledger").fetchone()[0])
             spend = rebuild(
                 ((s, p, d, None if c is None else Decimal(c)) for s, p, d, c in conn.execute(
                     f"SELECT session_id, provider, day, {BUDGET_COST} FROM view_ledger")),
@@ -237,6 +242,8 @@ class UsageLedgerActor(GovernedActor):
         if held is not None:
             self._spend = settle(self._spend, held, cost)
         else:  # a side call, a call admitted while no cap applied, or before a restart
+            if self._folded(message.call_id):
+                return  # its cost came with the log (a cap was first set as it ended)
             session = message.session_id
             if (message.parent and session not in self._started
                     and session not in self._spend.parents
@@ -244,6 +251,14 @@ class UsageLedgerActor(GovernedActor):
                 self._spend = adopt(self._spend, session, message.parent)
             self._spend = charge(self._spend, message.session_id, message.provider, cost,
                                  self._clock.now())
+
+    def _folded(self, call_id: str) -> bool:
+        """Whether ``call_id``'s cost was in the log when the spend was folded from it."""
+        if not self._folded_seq:
+            return False
+        row = self._log.read_connection().execute(
+            "SELECT seq FROM view_ledger WHERE call_id = ?", (call_id,)).fetchone()
+        return row is not None and int(row[0]) <= self._folded_seq
 
     def _set_cap(self, message: SetSessionCap, reply: Reply) -> object:
         if not self._live:

@@ -242,11 +242,12 @@ async def _budget(rt: Runtime, session_id: str, method: str, receive: ASGIReceiv
         if cap is None:
             return
         message = SetSessionCap(session_id, cap[0])
+        # From now on every call passes the ledger, and every completion tells it: set
+        # before the ledger folds the log, so a call recorded after that fold is told.
+        rt.caps_set = True
     try:
         budget = await ask(rt.ref("ledger"), message)
     except (ActorUnavailable, StoreError) as exc:
         await _unavailable(send, "reach its spend ledger", exc)
         return
-    if isinstance(message, SetSessionCap):
-        rt.caps_set = True  # from now on every admission passes the ledger
     await send_json(send, 200, msgspec.to_builtins(budget))

@@ -21,6 +21,7 @@ import msgspec
 import openai
 import pytest
 from sessionwarden.actors.budget_views import BUDGET_COST
+from sessionwarden.actors.messages import Settle
 from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.budget_status import read_budget
 from sessionwarden.store import EventLog
@@ -498,3 +499,26 @@ def test_a_deep_chain_named_while_no_cap_applied_is_cut_where_it_would_have_been
     finally:
         daemon.stop()
     assert parents == {0: "deep-001", 2: "", 3: "deep-004"}
+
+
+def test_a_call_ending_as_the_first_cap_is_set_is_counted_once(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    unbudgeted = PRICED.format(extra="").replace('session_usd = "0.015"', "")
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=unbudgeted).start()
+    try:
+        with daemon.openai(session="edge") as client:
+            reply = client.chat.completions.with_raw_response.create(
+                model="priced", messages=[{"role": "user", "content": "hi"}],
+                max_tokens=100, extra_body=usage(1000, 1000))
+        call_id = reply.headers["x-sessionwarden-call-id"]
+        with control(daemon) as api:
+            assert api.put("/v1/sessions/edge/budget",
+                           json={"session_usd": "1"}).json()["spent"] == "0.01"
+            # The interleaving of a call whose completion was recorded before the cap's
+            # fold of the log, and whose Settle reaches the ledger after it.
+            daemon.runtime.ref("ledger").tell(Settle(call_id, "edge", "fake", "0.01"))
+            time.sleep(0.1)
+            assert api.get("/v1/sessions/edge/budget").json()["spent"] == "0.01"
+    finally:
+        daemon.stop()
