@@ -150,8 +150,8 @@ class UsageLedgerActor(GovernedActor):
                 " ORDER BY s.started_at, p.session_id")}
             self._started.update(str(s) for (s,) in conn.execute(
                 "SELECT session_id FROM view_sessions"))
-            self._folded_seq = int(conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM view_ledger").fetchone()[0])
+            last = conn.execute("SELECT MAX(seq) FROM view_ledger").fetchone()
+            self._folded_seq = int(last[0]) if last and last[0] is not None else 0
             spend = rebuild(
                 ((s, p, d, None if c is None else Decimal(c)) for s, p, d, c in conn.execute(
                     f"SELECT session_id, provider, day, {BUDGET_COST} FROM view_ledger")),
