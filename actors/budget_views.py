@@ -14,7 +14,13 @@ from sessionwarden.domain.session import session_id_of
 from sessionwarden.events import CODEC, SessionStarted
 from sessionwarden.store import RecordedEvent
 
-__all__ = ["SessionParentsView"]
+__all__ = ["BUDGET_COST", "SessionParentsView"]
+
+#: A ``view_ledger`` row's cost as the spend caps count it: a call without usage that got
+#: an error answer or never reached the upstream cost $0 (the proxy releases its
+#: reservation), not an unknown amount; anything else is its recorded cost.
+BUDGET_COST = ("CASE WHEN source = 'missing' AND (status >= 400 OR outcome IN"
+               " ('unreachable', 'no_credential')) THEN '0' ELSE cost END")
 
 _STARTED = CODEC.tags_of(SessionStarted)
 

@@ -38,6 +38,7 @@ import msgspec
 import pykka
 from loguru import logger
 from sessionwarden.actors.bridge import PENDING, Call, GovernedActor, Reply, tell
+from sessionwarden.actors.budget_views import BUDGET_COST
 from sessionwarden.actors.errors import ActorCrash
 from sessionwarden.actors.messages import (
     Admit,
@@ -66,7 +67,12 @@ from sessionwarden.domain.budgets import (
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.spend_caps import session_budget
-from sessionwarden.domain.worst_case import call_worst_case, output_bound, requested_max_tokens
+from sessionwarden.domain.worst_case import (
+    call_worst_case,
+    output_bound,
+    requested_choices,
+    requested_max_tokens,
+)
 from sessionwarden.events import BUDGETS_STREAM, CODEC, SessionCapSet
 from sessionwarden.store import ANY, EventLog, StreamAppend
 from sessionwarden.store.errors import StoreError
@@ -110,23 +116,45 @@ class UsageLedgerActor(GovernedActor):
         self._prices = prices
         self._clock = clock or SystemClock()
         self._spend = Spend()
+        #: Every session that ever asked for admission (its first call fixed its parent,
+        #: in SessionStarted): a later call's X-Session-Parent must not give it another.
+        self._started: set[str] = set()
         self._overrides: dict[str, Decimal | None] = {}
         self._caps = caps_of(config, {})
+        #: Whether calls pass through here, reserved and settled, since this process
+        #: started: then the spend is live (reservations in flight included) and must
+        #: never be folded from the log again, even after every cap was lifted.
+        self._live = False
+        #: The last ``view_ledger`` row the spend was folded from: a call recorded up to
+        #: it is counted already, whatever Settle still comes for it.
+        self._folded_seq = 0
 
     def on_start(self) -> None:
         """Recover the spend and the sessions' caps from the log."""
         self._spend, self._overrides = self.load()
         self._caps = caps_of(self._config, self._overrides)
+        self._live = self._active()
 
     def load(self) -> tuple[Spend, dict[str, Decimal | None]]:
-        """The one loader: every completed call's cost, the lineage, the sessions' caps."""
+        """The one loader: every completed call's cost, the lineage, the sessions' caps.
+
+        It also learns every session the log has started (their parents are fixed).
+        """
         conn = self._log.read_connection()
         with conn:  # one read transaction: the ledger and the parents agree
+            # In the order the sessions started, the order adopt() saw them live: the
+            # chain's depth bound cuts the same link (by id, it cut another, or none).
             parents = {str(s): str(p) for s, p in conn.execute(
-                "SELECT session_id, parent FROM view_session_parents")}
+                "SELECT p.session_id, p.parent FROM view_session_parents p"
+                " LEFT JOIN view_sessions s ON s.session_id = p.session_id"
+                " ORDER BY s.started_at, p.session_id")}
+            self._started.update(str(s) for (s,) in conn.execute(
+                "SELECT session_id FROM view_sessions"))
+            last = conn.execute("SELECT MAX(seq) FROM view_ledger").fetchone()
+            self._folded_seq = int(last[0]) if last and last[0] is not None else 0
             spend = rebuild(
                 ((s, p, d, None if c is None else Decimal(c)) for s, p, d, c in conn.execute(
-                    "SELECT session_id, provider, day, cost FROM view_ledger")),
+                    f"SELECT session_id, provider, day, {BUDGET_COST} FROM view_ledger")),
                 parents, self._clock.now())
         overrides: dict[str, Decimal | None] = {}
         for record in self._log.read_stream(BUDGETS_STREAM):
@@ -171,9 +199,12 @@ class UsageLedgerActor(GovernedActor):
         """``request`` with its parent as the ledger knows it and its reservation or refusal."""
         spend = self._spend
         session = request.session_id
-        # A parent counts only for a session the ledger has not seen spend anything: a
-        # session's lineage must not change under money it already holds.
-        if (request.parent_session and session not in spend.parents
+        # A parent counts only on a session's first call (SessionStarted records the
+        # parent this returns, and a restart folds that back), and only for a session the
+        # ledger has not seen spend anything: a lineage must not change under its money.
+        first = session not in self._started
+        self._started.add(session)
+        if (first and request.parent_session and session not in spend.parents
                 and not spend.knows(Scope("session", session))):
             spend = adopt(spend, session, request.parent_session)
         parent = spend.parents.get(session, "")
@@ -186,7 +217,8 @@ class UsageLedgerActor(GovernedActor):
             entry = self._config.model_for(request.provider, request.model)
             fields = getattr(request.body, "fields", None)
             bound = output_bound(requested_max_tokens(fields),
-                                 entry.max_output_tokens if entry is not None else None)
+                                 entry.max_output_tokens if entry is not None else None,
+                                 requested_choices(fields))
             try:
                 lookup = self._prices.lookup(request.provider, request.model, at=now)
             except Exception as exc:  # the price data's own failure: no price, said so
@@ -210,17 +242,32 @@ class UsageLedgerActor(GovernedActor):
         if held is not None:
             self._spend = settle(self._spend, held, cost)
         else:  # a side call, a call admitted while no cap applied, or before a restart
+            if self._folded(message.call_id):
+                return  # its cost came with the log (a cap was first set as it ended)
             session = message.session_id
-            if (message.parent and session not in self._spend.parents
+            if (message.parent and session not in self._started
+                    and session not in self._spend.parents
                     and not self._spend.knows(Scope("session", session))):
                 self._spend = adopt(self._spend, session, message.parent)
             self._spend = charge(self._spend, message.session_id, message.provider, cost,
                                  self._clock.now())
 
+    def _folded(self, call_id: str) -> bool:
+        """Whether ``call_id``'s cost was in the log when the spend was folded from it."""
+        if not self._folded_seq:
+            return False
+        row = self._log.read_connection().execute(
+            "SELECT seq FROM view_ledger WHERE call_id = ?", (call_id,)).fetchone()
+        return row is not None and int(row[0]) <= self._folded_seq
+
     def _set_cap(self, message: SetSessionCap, reply: Reply) -> object:
-        if not self._active():
+        if not self._live:
             # Calls were neither reserved nor settled here: the log knows what they cost.
+            # (Once they were, the spend holds reservations the log cannot have, and a
+            # settlement on its way would be counted twice.) The proxy sends every call
+            # here from this cap on, even once it is lifted (``Runtime.caps_set``).
             self._spend, self._overrides = self.load()
+            self._live = True
         usd = message.usd
         event = SessionCapSet(session_id=message.session_id,
                               usd=None if usd is None else str(usd))

@@ -6,11 +6,13 @@ what was spent: :func:`read_budget` sums the costs of the session's subtree (its
 every session started with it as ``X-Session-Parent``, recursively, through
 ``view_session_parents``) from ``view_ledger``, and takes the cap from the ``budgets``
 stream (a cap set through the control API) or the configuration. Nothing is reserved
-in a log; a call of unknown cost counts $0 and in ``unknown_calls``, as at a restart.
+in a log; a call of unknown cost counts $0 and in ``unknown_calls``, as at a restart
+(an error answer without usage counts $0, not unknown: ``BUDGET_COST``).
 """
 
 from decimal import Decimal
 
+from sessionwarden.actors.budget_views import BUDGET_COST
 from sessionwarden.actors.ledger_rollup import exact_sum
 from sessionwarden.config import Config
 from sessionwarden.domain.budgets import Tally
@@ -25,7 +27,7 @@ _SUBTREE = (
     "WITH RECURSIVE tree(id, depth) AS (SELECT ?, 0 UNION"
     " SELECT p.session_id, t.depth + 1 FROM view_session_parents p JOIN tree t"
     " ON p.parent = t.id WHERE t.depth < 64)"
-    " SELECT l.cost FROM view_ledger l WHERE l.session_id IN (SELECT id FROM tree)"
+    f" SELECT {BUDGET_COST} FROM view_ledger WHERE session_id IN (SELECT id FROM tree)"
 )
 
 
@@ -52,7 +54,7 @@ def read_budget(log: EventLog, config: Config, session_id: str) -> SessionBudget
             parent = str(row[0]) if row else ""
         else:  # a log no daemon of this version has written to yet
             costs = [c for (c,) in conn.execute(
-                "SELECT cost FROM view_ledger WHERE session_id = ?", (session_id,))]
+                f"SELECT {BUDGET_COST} FROM view_ledger WHERE session_id = ?", (session_id,))]
     # A cost that is not a finite number (an old or altered log) is unknown, as in
     # ``usage``: never a crash, never NaN spent.
     spent, unknown = exact_sum(costs)

@@ -290,11 +290,16 @@ def served(outcome: CallOutcome) -> bool:
 def _settle(rt: Runtime, call: ProxiedCall, done: CallCompleted, outcome: CallOutcome) -> None:
     """Tell the ledger what the recorded call cost (its reservation becomes that).
 
-    A call that produced nothing (no answer, an error answer: usage ``missing``) cost
-    nothing: its reservation is released, not kept as an unknown worst case.
+    A call without usage (``missing``) that got an error answer, or never reached the
+    upstream, cost nothing: its reservation is released. One the upstream had without
+    answering (the client left first, a timeout) may be billed in full: its worst case
+    stays spent, as an unknown cost — released, it let a client that leaves at once
+    send calls the cap never counted.
     """
     try:
-        if done.source == "missing":
+        if done.source == "missing" and (
+                outcome.status >= 400 or call.sent_at is None
+                or outcome.outcome in ("unreachable", "no_credential")):
             rt.ref("ledger").tell(ReleaseBudget(done.call_id))
             return
         rt.ref("ledger").tell(Settle(done.call_id, outcome.session_id, outcome.provider,

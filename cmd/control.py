@@ -20,7 +20,8 @@
 - ``PUT /v1/sessions/{id}/budget`` with ``{"session_usd": "2.50"}`` sets that session's
   cap (it holds the session and every child naming it in ``X-Session-Parent``), and
   ``{"session_usd": null}`` lifts it for that session; the amount is a decimal *string*
-  (a JSON number is inexact), above 0. Answers the budget as GET does, once the
+  (a JSON number is inexact), above 0, at most :data:`MAX_SESSION_USD`, in steps of
+  :data:`CAP_STEP_USD` at the finest. Answers the budget as GET does, once the
   SessionCapSet event is durable; the next call is judged by it.
 
 - ``GET /v1/keys``: the leases in flight of every key, as the running pool holds them
@@ -81,6 +82,9 @@ class _BudgetBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 _decode_budget = msgspec.json.Decoder(_BudgetBody).decode
 #: The largest session cap accepted, in USD (a typo's extra zeros are refused).
 MAX_SESSION_USD = Decimal(1_000_000)
+#: The finest step a session cap may have, in USD: a cap of ``1e-1000000`` would be
+#: written out as a megabyte of zeros by every view of it, and no price is that fine.
+CAP_STEP_USD = Decimal("1e-10")
 #: Each action after the session id, and the methods it answers.
 _ROUTES = {"": ("GET",), "compact": ("POST",), "budget": ("GET", "PUT")}
 
@@ -211,10 +215,12 @@ async def _cap(receive: ASGIReceive, send: ASGISend) -> tuple[Decimal | None] | 
         usd = Decimal(text.strip())
     except InvalidOperation:
         usd = Decimal("NaN")
-    if not usd.is_finite() or usd <= 0 or usd > MAX_SESSION_USD:
+    # Bounded first, so the quantize below has the precision it needs (17 digits).
+    if (not usd.is_finite() or usd <= 0 or usd > MAX_SESSION_USD
+            or usd != usd.quantize(CAP_STEP_USD)):
         await send_error(send, 400, f"session_usd must be a decimal string above 0 and at most "
-                         f"{MAX_SESSION_USD}, such as \"2.50\" (null lifts the cap)",
-                         code="invalid_cap")
+                         f"{MAX_SESSION_USD}, with at most 10 decimal places, such as \"2.50\" "
+                         "(null lifts the cap)", code="invalid_cap")
         return None
     return (usd,)
 
@@ -236,11 +242,12 @@ async def _budget(rt: Runtime, session_id: str, method: str, receive: ASGIReceiv
         if cap is None:
             return
         message = SetSessionCap(session_id, cap[0])
+        # From now on every call passes the ledger, and every completion tells it: set
+        # before the ledger folds the log, so a call recorded after that fold is told.
+        rt.caps_set = True
     try:
         budget = await ask(rt.ref("ledger"), message)
     except (ActorUnavailable, StoreError) as exc:
         await _unavailable(send, "reach its spend ledger", exc)
         return
-    if isinstance(message, SetSessionCap):
-        rt.caps_set = True  # from now on every admission passes the ledger
     await send_json(send, 200, msgspec.to_builtins(budget))

@@ -456,7 +456,8 @@ def rebuild(rows: Iterable[tuple[str, str, str, Decimal | None]],
     """The spend a ledger of completed calls implies: the state a restarted actor starts from.
 
     ``rows`` are ``(session_id, provider, day, cost)`` (``day`` the UTC day, cost None when
-    unknown); ``parents`` each session's first-named parent. Sessions sum their subtree;
+    unknown); ``parents`` each session's first-named parent, in the order the sessions
+    started (:func:`adopt`'s rules are applied in it). Sessions sum their subtree;
     only today's (UTC, of ``now``) day scopes are kept. A call of unknown cost counts $0
     and one ``unknown`` (its reservation was memory only: the views say the figure is a
     lower bound). Nothing is reserved: calls in flight died with the previous process.

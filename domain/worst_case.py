@@ -9,22 +9,30 @@ bound at the output price, plus any per-request fee, in exact :class:`~decimal.D
   token on Anthropic, 1.25x, a 1-hour write 2x) and, when the input estimate is above a
   long-context tier, the tier's prices (hermes-behaviour.md §3.3: above the tier the
   higher rates apply to the whole request; #109976 is the undercount of forgetting it).
+- The input estimate is the caller's: before governance has counted the history, the
+  proxy gives :func:`prompt_chars` of the request as the client sent it (the text of its
+  items, and its tool schemas, which are billed as input too).
 - The output bound (:func:`output_bound`) is the request's limit
   (:func:`requested_max_tokens`), no more than the model's ``max_output_tokens`` (the
-  provider cannot produce more), else the model's, else :data:`DEFAULT_MAX_OUTPUT_TOKENS`.
+  provider cannot produce more), else the model's, else :data:`DEFAULT_MAX_OUTPUT_TOKENS`,
+  times the answers asked for (:func:`requested_choices`, chat's ``n``: each is billed).
   Reasoning tokens are output tokens inside that same limit on every wire.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+import msgspec
 from sessionwarden.domain.pricing import PriceLookup
+from sessionwarden.domain.usage_estimate import text_chars
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
     "call_worst_case",
     "output_bound",
+    "prompt_chars",
+    "requested_choices",
     "requested_max_tokens",
     "worst_case",
     "worst_input_price",
@@ -40,6 +48,25 @@ __all__ = [
 DEFAULT_MAX_OUTPUT_TOKENS = 32_768
 _MILLION = Decimal(1_000_000)
 _ZERO = Decimal(0)
+
+
+def prompt_chars(items: Sequence[bytes], fields: Mapping[str, Any]) -> int:
+    """The characters of text a request's model reads: its items' text and its tools.
+
+    ``items`` are the conversation's raw JSON items; one that does not decode counts its
+    bytes (the provider will likely refuse it, and an estimate must never be low).
+    Tool schemas (``tools``, ``functions``) are counted as their JSON's length.
+    """
+    total = 0
+    for item in items:
+        try:
+            total += text_chars(msgspec.json.decode(item))
+        except msgspec.DecodeError:
+            total += len(item)
+    for key in ("tools", "functions"):
+        if fields.get(key) is not None:
+            total += len(msgspec.json.encode(fields[key]))
+    return total
 
 
 def worst_input_price(input_price: Decimal, cache_write_price: Decimal | None = None,
@@ -69,30 +96,45 @@ def worst_case(input_tokens_estimate: int, max_output_tokens: int,
 def requested_max_tokens(body: Any) -> int | None:
     """The output limit a request body states, any wire shape; None if none or invalid.
 
-    ``max_completion_tokens`` (chat, newer) wins over ``max_tokens`` (chat, Anthropic);
-    ``max_output_tokens`` is the Responses API's. A non-positive, boolean or non-integer
-    value counts as none: the provider will reject it, and the default bound is safe.
+    ``max_completion_tokens`` (chat, newer), ``max_tokens`` (chat, Anthropic) and
+    ``max_output_tokens`` (the Responses API): when a body states several, the largest
+    counts, since which one a provider honours is the provider's (one that reads
+    ``max_tokens`` past a tiny ``max_completion_tokens`` would overshoot the cap). A
+    non-positive, boolean or non-integer value counts as none: the provider will
+    reject it, and the default bound is safe.
     """
     if not isinstance(body, Mapping):
         return None
-    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-        value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    stated = [value for key in ("max_completion_tokens", "max_tokens", "max_output_tokens")
+              if isinstance(value := body.get(key), int) and not isinstance(value, bool)
+              and value > 0]
+    return max(stated, default=None)
 
 
-def output_bound(requested: int | None, model_max: int | None) -> int:
+def requested_choices(body: Any) -> int:
+    """How many answers a request asks for (chat's ``n``); 1 if it states none or no valid one.
+
+    Each answer is billed its own output tokens, up to the limit each.
+    """
+    value = body.get("n") if isinstance(body, Mapping) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+        return value
+    return 1
+
+
+def output_bound(requested: int | None, model_max: int | None, choices: int = 1) -> int:
     """The output tokens to reserve for a call.
 
     The request's limit, no more than the model's ``max_output_tokens``; else the model's;
-    else :data:`DEFAULT_MAX_OUTPUT_TOKENS`.
+    else :data:`DEFAULT_MAX_OUTPUT_TOKENS`; times ``choices``, the answers asked for.
     """
     if requested is not None and model_max is not None:
-        return min(requested, model_max)
-    if requested is not None:
-        return requested
-    return model_max if model_max is not None else DEFAULT_MAX_OUTPUT_TOKENS
+        each = min(requested, model_max)
+    elif requested is not None:
+        each = requested
+    else:
+        each = model_max if model_max is not None else DEFAULT_MAX_OUTPUT_TOKENS
+    return each * max(choices, 1)
 
 
 def call_worst_case(lookup: PriceLookup, input_tokens_estimate: int,

@@ -1,6 +1,7 @@
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,6 +28,8 @@ from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.domain.worst_case import (
     DEFAULT_MAX_OUTPUT_TOKENS,
     output_bound,
+    prompt_chars,
+    requested_choices,
     requested_max_tokens,
     worst_case,
     worst_input_price,
@@ -75,7 +78,10 @@ def test_worst_input_price_takes_the_dearer_one_hour_cache_write() -> None:
 
 
 def test_requested_max_tokens_reads_every_wire_shape() -> None:
-    assert requested_max_tokens({"max_tokens": 100, "max_completion_tokens": 50}) == 50
+    # Several limits: the largest, whichever one the provider honours.
+    assert requested_max_tokens({"max_tokens": 100, "max_completion_tokens": 50}) == 100
+    assert requested_max_tokens({"max_tokens": 100, "max_completion_tokens": 500}) == 500
+    assert requested_max_tokens({"max_tokens": -1, "max_completion_tokens": 50}) == 50
     assert requested_max_tokens({"max_tokens": 100}) == 100
     assert requested_max_tokens({"max_output_tokens": 70}) == 70
     for bad in ({"max_tokens": True}, {"max_tokens": 0}, {"max_tokens": "9"}, {}, [1], None):
@@ -88,6 +94,14 @@ def test_output_bound_request_then_model_then_default() -> None:
     assert output_bound(500, None) == 500
     assert output_bound(None, 8_192) == 8_192
     assert output_bound(None, None) == DEFAULT_MAX_OUTPUT_TOKENS
+    assert output_bound(100_000, 16_384, choices=3) == 3 * 16_384  # each answer is billed
+    assert output_bound(None, None, choices=2) == 2 * DEFAULT_MAX_OUTPUT_TOKENS
+
+
+def test_requested_choices_reads_n_and_ignores_what_is_not_a_count() -> None:
+    assert requested_choices({"n": 4}) == 4
+    for odd in ({"n": 1}, {"n": 0}, {"n": -2}, {"n": True}, {"n": "4"}, {"n": 2.0}, {}, None):
+        assert requested_choices(odd) == 1
 
 
 def test_display_rounds_and_marks_it() -> None:
@@ -445,3 +459,12 @@ def test_no_interleaving_lets_any_scope_exceed_its_cap(ops: list[tuple[object, .
         _check(spend, calls, tree_known)
     assert sum((r.amount for r, _ in held), D(0)) == sum(
         (t.reserved for s, t in spend.tallies().items() if s.kind == "day"), D(0))
+
+
+def test_prompt_chars_counts_the_items_text_and_the_tools() -> None:
+    items = [b'{"role": "user", "content": "hello"}',
+             b'{"role": "user", "content": [{"type": "text", "text": "abc"}]}']
+    assert prompt_chars(items, {}) == 8
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    assert prompt_chars(items, {"tools": tools}) == 8 + len(msgspec.json.encode(tools))
+    assert prompt_chars([b"{not json"], {}) == 9  # counted as bytes, never as nothing
