@@ -10,7 +10,6 @@ $2 / $8 per million input / output tokens) and the fake upstream.
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -26,24 +25,14 @@ from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.budget_status import read_budget
 from sessionwarden.store import EventLog
 
+from tests.cmd import test_budgets_e2e
 from tests.cmd.daemon_fixtures import MODEL
 from tests.cmd.inprocess import InProcessDaemon
-from tests.cmd.test_budgets_e2e import PRICED, call, usage
+from tests.cmd.test_budgets_e2e import PRICED, call, start, usage
 from tests.support.fake_provider import FakeProviderServer
 
-
-def start(tmp_path: Path, fake: FakeProviderServer, extra: str = "") -> InProcessDaemon:
-    return InProcessDaemon(tmp_path / "events.db", fake,
-                           extra_config=PRICED.format(extra=extra)).start()
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, fake: FakeProviderServer) -> Iterator[InProcessDaemon]:
-    d = start(tmp_path, fake)
-    try:
-        yield d
-    finally:
-        d.stop()
+#: The spend-cap tests' daemon: priced models, a $0.015 session cap (stopped after each).
+daemon = test_budgets_e2e.daemon
 
 
 def control(daemon: InProcessDaemon) -> httpx.Client:
