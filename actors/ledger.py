@@ -67,9 +67,11 @@ from sessionwarden.domain.budgets import (
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.spend_caps import session_budget
+from sessionwarden.domain.usage_estimate import tokens_from_chars
 from sessionwarden.domain.worst_case import (
     call_worst_case,
     output_bound,
+    prompt_chars,
     requested_choices,
     requested_max_tokens,
 )
@@ -225,7 +227,7 @@ class UsageLedgerActor(GovernedActor):
                 logger.warning("call {}: no price for {}/{} ({}: {})", request.call_id,
                                request.provider, request.model, type(exc).__name__, exc)
             else:
-                worst = call_worst_case(lookup, request.estimated_tokens, bound)
+                worst = call_worst_case(lookup, _input_estimate(request), bound)
         decided = reserve(spend, self._caps, BudgetCall(
             call_id=request.call_id, session_id=session, provider=request.provider,
             worst_case=worst), now)
@@ -302,3 +304,18 @@ class _CapDurable(msgspec.Struct, frozen=True):
     session_id: str
     usd: Decimal | None
     error: Any = None
+
+
+def _input_estimate(request: CallRequest) -> int:
+    """The tokens a call's prompt may bill, before governance has counted its history.
+
+    Counted here, where only a capped call's reservation needs it, not on the proxy's
+    request path: the client's items as sent (and the tool schemas, billed as input).
+    """
+    if request.estimated_tokens:
+        return request.estimated_tokens
+    body = request.body
+    items = getattr(body, "items", None)
+    if items is None:
+        return 0
+    return tokens_from_chars(prompt_chars(items, getattr(body, "fields", {}) or {}))

@@ -50,7 +50,6 @@ from sessionwarden.config import UnknownModel
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.errors import KeysBenched, NoCredential
 from sessionwarden.domain.ratelimits import rate_limit_headers
-from sessionwarden.domain.worst_case import prompt_chars
 from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
@@ -127,10 +126,6 @@ async def chat_completions(
     # What is recorded at admission is what is sent: the fields as upstream gets them.
     payload.fields_bytes, injected = adapter.upstream_fields(
         payload.fields, upstream_model, shape.stream)
-    if rt.budgets_active and not shape.prompt_chars:
-        # The spend caps reserve the input before governance counts it: their estimate.
-        shape = msgspec.structs.replace(shape, prompt_chars=prompt_chars(
-            payload.items, payload.fields))
     call = ProxiedCall(session_id, provider, upstream_model, shape.stream, parent)
     call_request = CallRequest(
         call_id=call.call_id, session_id=session_id, provider=provider.name,

@@ -10,8 +10,8 @@ bound at the output price, plus any per-request fee, in exact :class:`~decimal.D
   long-context tier, the tier's prices (hermes-behaviour.md §3.3: above the tier the
   higher rates apply to the whole request; #109976 is the undercount of forgetting it).
 - The input estimate is the caller's: before governance has counted the history, the
-  proxy gives :func:`prompt_chars` of the request as the client sent it (the text of its
-  items, and its tool schemas, which are billed as input too).
+  UsageLedgerActor takes :func:`prompt_chars` of the request as the client sent it (the
+  text of its items, and its tool schemas, which are billed as input too).
 - The output bound (:func:`output_bound`) is the request's limit
   (:func:`requested_max_tokens`), no more than the model's ``max_output_tokens`` (the
   provider cannot produce more), else the model's, else :data:`DEFAULT_MAX_OUTPUT_TOKENS`,
