@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from sessionwarden.clock import FakeClock
 from sessionwarden.config import parse_config
@@ -63,6 +64,17 @@ class Daemons:
 
     def steer(self, name: str, options: dict[str, Any]) -> None:
         self.fake.state.by_key[self.key(name)] = options
+
+    def with_breaker_open(self) -> InProcessDaemon:
+        """A daemon whose two keys both cooled on a transient 429, so its breaker opened
+        (until their reset, 2 s on the fake clock); the upstream answers normally again."""
+        daemon = self.start()
+        self.steer("FAKE_KEY_A", TRANSIENT)
+        self.steer("FAKE_KEY_B", TRANSIENT)
+        with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
+        self.fake.state.by_key.clear()
+        return daemon
 
     def used(self) -> list[str]:
         """The key names of the chat requests the upstream saw, in order."""

@@ -142,16 +142,11 @@ def test_a_transient_429_rests_the_keys_briefly(daemons: Daemons) -> None:
 def test_with_every_key_benched_the_breaker_lets_one_probe_through_at_the_reset(
     daemons: Daemons
 ) -> None:
-    daemon = daemons.start()
-    daemons.steer("FAKE_KEY_A", TRANSIENT)
-    daemons.steer("FAKE_KEY_B", TRANSIENT)
-    with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError):
-        client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
+    daemon = daemons.with_breaker_open()
     opened = [e for e in (CODEC.decode(r.type, r.data)
                           for r in daemon.runtime.log.read_stream("ratelimits-fake"))
               if type(e).__name__ == "BreakerChanged"]
     assert [(e.state, e.reason) for e in opened] == [("open", "no_usable_key")]
-    daemons.fake.state.by_key.clear()
     daemons.clock.advance(2)
     assert ask(daemon).http_response.status_code == 200  # the probe
     assert ask(daemon).http_response.status_code == 200  # closed again
@@ -377,14 +372,9 @@ price = {{ input = "3.00", output = "4.00" }}
 def test_at_the_reset_exactly_one_probe_goes_through_while_others_wait(
     daemons: Daemons
 ) -> None:
-    daemon = daemons.start()
-    daemons.steer("FAKE_KEY_A", TRANSIENT)
-    daemons.steer("FAKE_KEY_B", TRANSIENT)
-    with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError):
-        client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
+    daemon = daemons.with_breaker_open()
     sent = len(daemons.used())
     # At the reset the probe is slow to answer: a call arriving meanwhile must wait.
-    daemons.fake.state.by_key.clear()
     daemons.fake.state.by_model[MODEL] = {"delay_ms": 600}
     daemons.clock.advance(2)
     results: list[object] = []

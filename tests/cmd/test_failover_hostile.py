@@ -322,11 +322,7 @@ def test_a_key_echoed_by_a_failed_attempt_reaches_no_client_and_no_log(
 def half_open_with_a_hanging_probe(daemons: Daemons, delay_ms: int) -> InProcessDaemon:
     """A daemon whose breaker opened (both keys cooling) and half-opens now; the next
     call, its probe, waits ``delay_ms`` at the upstream."""
-    daemon = daemons.start()
-    daemons.steer("FAKE_KEY_A", TRANSIENT)
-    daemons.steer("FAKE_KEY_B", TRANSIENT)
-    assert post(daemon).status_code == 429  # both cooling: the breaker opens
-    daemons.fake.state.by_key.clear()
+    daemon = daemons.with_breaker_open()
     daemons.fake.state.by_model[MODEL] = {"delay_ms": delay_ms}
     daemons.clock.advance(3)
     return daemon
