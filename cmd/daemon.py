@@ -28,7 +28,12 @@ from sessionwarden.cmd.credit_poll import BalancePoller
 from sessionwarden.cmd.errors import CommandError, ListenError, UsageError
 from sessionwarden.cmd.http import ASGIReceive, ASGISend
 from sessionwarden.cmd.logs import setup_logging
-from sessionwarden.cmd.private import read_private_file, token_directory
+from sessionwarden.cmd.private import (
+    TOKEN_ENV,
+    read_private_file,
+    token_directory,
+    token_file,
+)
 from sessionwarden.cmd.protocol import bounded_head_protocol
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.server import LOOPBACK_NAMES, DaemonApp
@@ -36,7 +41,6 @@ from sessionwarden.store import InstanceLock
 
 __all__ = ["load_token", "run_daemon"]
 
-TOKEN_ENV = "SESSIONWARDEN_TOKEN"
 _GRACE_S = 30
 
 
@@ -49,7 +53,7 @@ def load_token(db: Path, environ: dict[str, str]) -> tuple[str, Path | None]:
     explicit = environ.get(TOKEN_ENV, "").strip()
     if explicit:
         return explicit, None
-    path = db.parent / "token"
+    path = token_file(db)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     token_directory(path.parent, _warn)
     try:

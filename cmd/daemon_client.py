@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 from sessionwarden.cmd.errors import UnsafeFile
-from sessionwarden.cmd.private import read_private_file
+from sessionwarden.cmd.private import TOKEN_ENV, read_private_file, token_file
 from sessionwarden.store import read_announcement
 
 __all__ = ["TIMEOUT_S", "InFlight", "leases_in_flight"]
@@ -42,7 +42,6 @@ __all__ = ["TIMEOUT_S", "InFlight", "leases_in_flight"]
 TIMEOUT_S = 2.0
 #: The answer lists every key of every pool: a few KiB; more is not the daemon's.
 _MAX_ANSWER = 1 << 20
-_TOKEN_ENV = "SESSIONWARDEN_TOKEN"
 #: A bearer token as a header carries it and the daemon compares it: printable ASCII.
 _TOKEN = re.compile(r"[\x20-\x7e]{1,4096}")
 
@@ -71,10 +70,10 @@ class InFlight(NamedTuple):
 
 
 def _token(db: Path, environ: Mapping[str, str]) -> str | None:
-    explicit = environ.get(_TOKEN_ENV, "").strip()
+    explicit = environ.get(TOKEN_ENV, "").strip()
     if explicit:
         return explicit
-    path = db.parent / "token"
+    path = token_file(db)
     if not path.exists():
         return None
     try:
@@ -140,12 +139,12 @@ def leases_in_flight(db: Path, environ: Mapping[str, str] | None = None) -> InFl
     token = _token(db, os.environ if environ is None else environ)
     if token is None:
         return InFlight(None, f"{who} runs, but its token is not readable here "
-                              f"(set {_TOKEN_ENV})")
+                              f"(set {TOKEN_ENV})")
     if not _TOKEN.fullmatch(token):
         # Never sent, never echoed: a line break would forge headers, and an error
         # naming the header would print the token.
         return InFlight(None, f"the token here is not one a daemon could have: printable "
-                              f"ASCII only (check {_TOKEN_ENV} or the token file)")
+                              f"ASCII only (check {TOKEN_ENV} or the token file)")
     where = f"http://{address[0]}:{address[1]}" if ":" not in address[0] else (
         f"http://[{address[0]}]:{address[1]}")
     deadline = time.monotonic() + TIMEOUT_S

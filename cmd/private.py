@@ -26,12 +26,21 @@ from pathlib import Path
 
 from sessionwarden.cmd.errors import UnsafeFile
 
-__all__ = ["UMASK", "Warn", "private_directory", "read_private_file", "token_directory"]
+__all__ = ["TOKEN_ENV", "UMASK", "Warn", "private_directory", "read_private_file",
+           "token_directory", "token_file"]
+
+#: The variable that holds the clients' bearer token; without it, :func:`token_file`.
+TOKEN_ENV = "SESSIONWARDEN_TOKEN"
 
 #: The CLI's umask: nothing it creates is open to the group or to others.
 UMASK = 0o077
 _OTHERS = 0o077
 _OTHERS_WRITE = 0o022
+
+def token_file(db: Path) -> Path:
+    """Where the clients' token is kept for the log ``db`` (the daemon makes it, 0600)."""
+    return db.parent / "token"
+
 
 #: Where a warning goes: stderr for the CLI, the log for the daemon.
 Warn = Callable[[str], None]
