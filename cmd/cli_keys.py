@@ -31,7 +31,7 @@ import json
 import os
 import re
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +189,7 @@ def _append(db: Path, provider: str, events: list[Event]) -> None:
 
 def run_keys(args: argparse.Namespace, db: Path) -> int:
     """Run ``keys list|add|remove|reset``."""
-    now = datetime.now(UTC)
+    now = args.clock.now()
     if args.action == "list":
         leases = leases_in_flight(db)
         if leases.counts is None:
@@ -269,7 +269,7 @@ def _as_operator(event: Event) -> Event:
 
 def run_breaker(args: argparse.Namespace, db: Path) -> int:
     """Run ``breaker list|reset``."""
-    now = datetime.now(UTC)
+    now = args.clock.now()
     with EventLog(db, readonly=True) as log:
         pools = {p: _Pool(log, p) for p in _providers(log)}
     if args.action == "list":

@@ -465,7 +465,7 @@ def _run_session_status(args: argparse.Namespace, db: Path) -> int:
     config = load_config(args.config, os.environ)
     with EventLog(db, readonly=True) as log:
         try:
-            status = read_status(log, config, args.session)
+            status = read_status(log, config, args.session, args.clock.now())
         except apsw.Error as exc:
             raise translate(exc, db) from None
     if status is None:
@@ -473,7 +473,7 @@ def _run_session_status(args: argparse.Namespace, db: Path) -> int:
     if args.json:
         print(json.dumps(status_json(status), indent=2))
     else:
-        print(status_text(status, datetime.now(UTC)))
+        print(status_text(status, args.clock.now()))
     return 0
 
 
@@ -500,9 +500,9 @@ def run_status(args: argparse.Namespace, db: Path) -> int:
                                   ROLLUP_TABLE if _has_rollup(conn) else "view_ledger")
                 creds = _fetch(conn, "SELECT provider, fingerprint, state, calls, last_status"
                                " FROM view_credentials ORDER BY provider, fingerprint")
-                notices = active_notices(conn, datetime.now(UTC))
+                notices = active_notices(conn, args.clock.now())
                 health = {(r["provider"], r["fingerprint"]): r
-                          for r in key_rows(log, datetime.now(UTC), None)}
+                          for r in key_rows(log, args.clock.now(), None)}
             finally:
                 conn.execute("COMMIT")
         except apsw.Error as exc:

@@ -135,7 +135,8 @@ async def _unavailable(send: ASGISend, what: str, exc: Exception) -> None:
 
 async def _status(rt: Runtime, session_id: str, send: ASGISend) -> None:
     try:
-        status = await asyncio.to_thread(read_status, rt.log, rt.config, session_id)
+        status = await asyncio.to_thread(read_status, rt.log, rt.config, session_id,
+                                         rt.clock.now())
     except StoreError as exc:
         await _unavailable(send, "read its event log", exc)
         return

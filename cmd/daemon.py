@@ -153,7 +153,7 @@ def run_daemon(args: argparse.Namespace, db: Path) -> int:
         token, token_path = load_token(db, environ)
         sock = _bind(host, port)
         port = sock.getsockname()[1]
-        runtime = Runtime(config, db, environ)
+        runtime = Runtime(config, db, environ, clock=args.clock)
         try:
             runtime.start()
             hosts = LOOPBACK_NAMES | {host.lower()} if remote else LOOPBACK_NAMES

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from sessionwarden.clock import OFFSET_ENV
 from sessionwarden.cmd.demo_config import DEMO_MODEL, write_config
 from sessionwarden.cmd.demo_context import compressed_session, spilled_result
 from sessionwarden.cmd.errors import CommandError
@@ -222,7 +223,8 @@ class _Daemon:
 
 
 def _environment(own_db: bool, config: Path) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONWARDEN_")}
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith("SESSIONWARDEN_") or k == OFFSET_ENV}
     if not own_db:  # a fresh log: nothing of the user's setup, no key
         environ = {k: v for k, v in environ.items() if k not in _KEY_VARIABLES}
     return environ | {"SESSIONWARDEN_CONFIG": str(config)}
@@ -264,6 +266,7 @@ def run_demo(args: argparse.Namespace, db: Path) -> int:
                     ["usage"]):
         print(f"\n$ sessionwarden {command[0]} --db {db} {' '.join(command[1:])}".rstrip())
         sub = parser.parse_args([command[0], "--db", str(db), *command[1:]])
+        sub.clock = args.clock
         sub.run(sub, db)
     where = "it is yours" if own_db else "a temporary directory, kept for you to explore"
     print(f"\nthe demo's log: {db} ({where}); try `sessionwarden events --db {db}`")

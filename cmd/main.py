@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NoReturn, cast
 
 from sessionwarden import __version__
+from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.cmd.cli_daemon import add_daemon_command
 from sessionwarden.cmd.cli_keys import add_keys_commands
 from sessionwarden.cmd.cli_log import add_log_commands
@@ -156,12 +157,21 @@ def internal_error(exc: BaseException) -> str:
     return f"sessionwarden: internal error ({text}); rerun with --debug for details"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (and exits with it as a script)."""
+def main(argv: Sequence[str] | None = None, clock: Clock | None = None) -> int:
+    """Run the CLI; returns the process exit code (and exits with it as a script).
+
+    ``clock`` is the time the command reads "now" from (``args.clock``): tests pass the
+    fake clock their daemon runs on, so a key benched "until 13:00" of that clock is
+    benched for the CLI too, whatever today's date.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     umask = os.umask(UMASK)  # what the CLI creates is the user's alone (cmd/private.py)
     try:
+        try:
+            args.clock = clock or SystemClock()
+        except ValueError as exc:  # a malformed SESSIONWARDEN_CLOCK_OFFSET
+            raise ConfigError(str(exc)) from None
         db = database(args, dict(os.environ))
         code: int = args.run(args, db)
     except CommandError as exc:

@@ -123,7 +123,9 @@ class Runtime:
         # SQLite's own checkpoints stay on: they run between two commits, when the WAL is
         # fully backfilled, so the next commit restarts the WAL and overwrites blocks the
         # file already has (bench figures in ARCHITECTURE.md, Checkpoints).
-        self.log = EventLog(db_path, projections=default_projections())
+        # Events are stamped by the clock decisions are taken by: a view that compares a
+        # recorded time with "now" (a cooling key's return) must see one timeline.
+        self.log = EventLog(db_path, projections=default_projections(), clock=self.clock.now)
         self.shards = session_shards
         self.upstream = UpstreamClient()
         #: Performers of the work admission stages may need, by the work's type.

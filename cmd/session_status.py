@@ -19,7 +19,7 @@ figures, reservations of calls in flight included) and the credit notices up for
 the session last used (``cmd/credit_status.active_notices``).
 """
 
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -74,8 +74,8 @@ def model_entry(config: Config, provider: str, model: str) -> ModelConfig | None
 
 
 def read_status(log: EventLog, config: Config, session_id: str,
-                now: datetime | None = None) -> SessionStatus | None:
-    """The status of ``session_id`` at ``now`` (default: the wall clock), None if unknown."""
+                now: datetime) -> SessionStatus | None:
+    """The status of ``session_id`` at ``now``, None if unknown."""
     events: list[tuple[Event, datetime]] = [
         (CODEC.decode(r.type, r.data), datetime.fromisoformat(r.recorded_at))
         for r in log.read_stream(session_stream(session_id))
@@ -89,7 +89,7 @@ def read_status(log: EventLog, config: Config, session_id: str,
     notices: tuple[dict[str, Any], ...] = ()
     if usage.last_credential:
         notices = tuple(
-            n for n in active_notices(log.read_connection(), now or datetime.now(UTC),
+            n for n in active_notices(log.read_connection(), now,
                                       usage.last_provider)
             if n["credential"] == usage.last_credential)
     return SessionStatus(

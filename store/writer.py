@@ -21,6 +21,7 @@ and hash are therefore read at the start of every transaction, and the cache of 
 heads is trusted only while the head is still the one this writer committed last.
 """
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import apsw
 from loguru import logger
+from sessionwarden.clock import SystemClock
 from sessionwarden.store.bulk import insert_rows
 from sessionwarden.store.contents import ContentRow, encode_contents
 from sessionwarden.store.errors import (
@@ -67,8 +69,14 @@ _WINDOW_MAX_S = 0.004
 
 
 def utc_now() -> datetime:
-    """The current time in UTC (the default clock)."""
-    return datetime.now(UTC)
+    """The current time in UTC (the default clock: the system's, with its offset)."""
+    return _system_clock().now()
+
+
+@functools.cache
+def _system_clock() -> SystemClock:
+    # Made once: the offset is a process's setting, and an append must not parse it.
+    return SystemClock()
 
 
 #: Blocking waiters in a group from which the writer wakes only the first and lets each

@@ -4,7 +4,7 @@ The layers, lowest first (ARCHITECTURE.md, "Layers")::
 
     errors, redact, clock          the root: import nothing of ours but ``errors``
     events                         the facts
-    store                          the log (knows events only as bytes and tags)
+    store                          the log (knows events only as bytes and tags; clock)
     config                         the configuration
     domain                         policy: events, config, clock; no store, no I/O
     actors, upstream               the shells, the wire; both above the domain
@@ -27,7 +27,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "redact": frozenset({"errors"}),
     "clock": frozenset(),
     "events": frozenset({"errors"}),
-    "store": frozenset({"errors", "events"}),
+    "store": frozenset({"errors", "clock", "events"}),
     "config": frozenset({"errors", "redact"}),
     "domain": frozenset({"errors", "redact", "clock", "events", "config"}),
     "actors": frozenset({"errors", "redact", "clock", "events", "store", "config", "domain"}),

@@ -17,6 +17,7 @@ import httpx
 import msgspec
 import openai
 import pytest
+from sessionwarden.clock import SystemClock
 from sessionwarden.cmd.budget_status import read_budget
 from sessionwarden.events import CODEC, CallRefused, SessionStarted
 from sessionwarden.store import EventLog
@@ -156,7 +157,7 @@ def test_a_used_up_daily_cap_says_when_to_retry(tmp_path: Path,
         with daemon.openai(session="day-2") as client, pytest.raises(
                 openai.APIStatusError) as caught:
             call(client, max_tokens=1500)
-        now = datetime.now(UTC)
+        now = SystemClock().now()  # the daemon's clock (with SESSIONWARDEN_CLOCK_OFFSET)
     finally:
         daemon.stop()
     assert caught.value.status_code == 402

@@ -9,20 +9,24 @@ import time
 from pathlib import Path
 
 import pytest
+from sessionwarden.clock import Clock
 from sessionwarden.cmd.main import main
 from sessionwarden.redact import fingerprint
 
 from tests.cmd.key_fixtures import GENUINE, TRANSIENT, Daemons, ask
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
+def run(capsys: pytest.CaptureFixture[str], clock: Clock, *argv: str) -> tuple[int, str, str]:
+    # The CLI reads "now" from the clock the daemons run on (a key benched until 13:00 of
+    # that clock is benched for the CLI too, whatever today's date).
+    code = main(list(argv), clock=clock)
     out, err = capsys.readouterr()
     return code, out, err
 
 
-def keys_json(capsys: pytest.CaptureFixture[str], db: Path) -> dict[str, dict[str, object]]:
-    code, out, _ = run(capsys, "keys", "list", "--json", "--db", str(db))
+def keys_json(capsys: pytest.CaptureFixture[str], clock: Clock,
+              db: Path) -> dict[str, dict[str, object]]:
+    code, out, _ = run(capsys, clock, "keys", "list", "--json", "--db", str(db))
     assert code == 0
     return {str(r["fingerprint"]): r for r in json.loads(out)}
 
@@ -34,12 +38,12 @@ def test_keys_list_shows_each_keys_state_and_never_a_secret(
     daemons.steer("FAKE_KEY_A", GENUINE)
     ask(daemon)
     a, b = fingerprint(daemons.key("FAKE_KEY_A")), fingerprint(daemons.key("FAKE_KEY_B"))
-    listed = keys_json(capsys, daemon.db)
+    listed = keys_json(capsys, daemons.clock, daemon.db)
     assert (listed[a]["state"], listed[a]["last_error"], listed[a]["last_status"]) == (
         "exhausted", "genuine_limit", 429)
     assert listed[a]["ref"] == "env:FAKE_KEY_A" and listed[a]["until"]
     assert (listed[b]["state"], listed[b]["calls"]) == ("ok", 1)
-    code, text, _ = run(capsys, "keys", "list", "--db", str(daemon.db))
+    code, text, _ = run(capsys, daemons.clock, "keys", "list", "--db", str(daemon.db))
     assert code == 0 and f"fake {a} env:FAKE_KEY_A: exhausted until " in text
     daemon.stop()
     secrets = [daemons.key(k).encode() for k in ("FAKE_KEY_A", "FAKE_KEY_B")]
@@ -58,12 +62,12 @@ def test_keys_reset_takes_effect_in_a_running_daemon_within_a_second(
     ask(daemon)
     daemons.fake.state.by_key.clear()
     a = fingerprint(daemons.key("FAKE_KEY_A"))
-    code, out, _ = run(capsys, "keys", "reset", "fake", a, "--db", str(daemon.db))
+    code, out, _ = run(capsys, daemons.clock, "keys", "reset", "fake", a, "--db", str(daemon.db))
     assert code == 0 and out == f"fake {a}: ok\n"
     time.sleep(0.6)  # the pool looks for the operator's changes every 0.5 s
     ask(daemon)
     assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B", "FAKE_KEY_A"]  # fill_first: A
-    assert keys_json(capsys, daemon.db)[a]["state"] == "ok"
+    assert keys_json(capsys, daemons.clock, daemon.db)[a]["state"] == "ok"
 
 
 def test_keys_add_and_remove_reach_the_running_pool(
@@ -75,13 +79,14 @@ def test_keys_add_and_remove_reach_the_running_pool(
     daemons.steer("FAKE_KEY_A", TRANSIENT)
     daemons.steer("FAKE_KEY_B", TRANSIENT)
     c = fingerprint(daemons.key("FAKE_KEY_C"))
-    code, out, _ = run(capsys, "keys", "add", "fake", "env:FAKE_KEY_C", "--db", str(daemon.db))
+    code, out, _ = run(capsys, daemons.clock, "keys", "add", "fake", "env:FAKE_KEY_C",
+                       "--db", str(daemon.db))
     assert code == 0 and out == f"fake {c} env:FAKE_KEY_C: added\n"
     time.sleep(0.6)
     ask(daemon)  # A and B are limited: the call ends on the operator's key C
     assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B", "FAKE_KEY_C"]
-    code, _, _ = run(capsys, "keys", "remove", "fake", c, "--db", str(daemon.db))
-    assert code == 0 and keys_json(capsys, daemon.db)[c]["state"] == "removed"
+    code, _, _ = run(capsys, daemons.clock, "keys", "remove", "fake", c, "--db", str(daemon.db))
+    assert code == 0 and keys_json(capsys, daemons.clock, daemon.db)[c]["state"] == "removed"
     daemons.clock.advance(3)
     daemons.fake.state.by_key.clear()
     time.sleep(0.6)
@@ -99,12 +104,12 @@ def test_a_reset_with_the_daemon_stopped_counts_at_the_next_start(
     with pytest.raises(Exception, match="429"):
         ask(daemon)
     daemon.stop()
-    _, out, _ = run(capsys, "breaker", "list", "--json", "--db", str(daemon.db))
+    _, out, _ = run(capsys, daemons.clock, "breaker", "list", "--json", "--db", str(daemon.db))
     [breaker] = json.loads(out)
     assert (breaker["provider"], breaker["state"], breaker["reason"]) == (
         "fake", "open", "no_usable_key")
     b = fingerprint(daemons.key("FAKE_KEY_B"))
-    assert run(capsys, "keys", "reset", "fake", b, "--db", str(daemon.db))[0] == 0
+    assert run(capsys, daemons.clock, "keys", "reset", "fake", b, "--db", str(daemon.db))[0] == 0
     daemons.fake.state.by_key.clear()
     again = daemons.start()
     assert ask(again).http_response.status_code == 200
@@ -127,7 +132,7 @@ def test_bad_keys_commands_say_why_in_one_line(
         (("keys", "add", "fake", "sk-literal-key-000000000000"), 64, "env:NAME"),
         (("breaker", "reset", "ghost"), 64, "breaker reset needs a provider"),
     ):
-        got, out, err = run(capsys, *argv, "--db", db)
+        got, out, err = run(capsys, daemons.clock, *argv, "--db", db)
         assert got == code, argv
         assert out == "" and words in err and err.count("\n") == 1, (argv, err)
         assert "Traceback" not in err and "sk-literal" not in err
@@ -140,11 +145,11 @@ def test_status_shows_a_benched_key_though_a_later_call_succeeded(
     daemons.steer("FAKE_KEY_A", GENUINE)
     ask(daemon)  # 429 on A, then 200 on B
     a = fingerprint(daemons.key("FAKE_KEY_A"))
-    code, out, _ = run(capsys, "status", "--json", "--db", str(daemon.db))
+    code, out, _ = run(capsys, daemons.clock, "status", "--json", "--db", str(daemon.db))
     creds = {c["fingerprint"]: c for c in json.loads(out)["credentials"]}
     assert code == 0 and creds[a]["state"] == "active"
     assert creds[a]["health"] == "exhausted" and creds[a]["until"]
-    code, text, _ = run(capsys, "status", "--db", str(daemon.db))
+    code, text, _ = run(capsys, daemons.clock, "status", "--db", str(daemon.db))
     assert code == 0 and "exhausted until " in text
 
 
@@ -159,7 +164,7 @@ def test_a_key_added_from_another_environment_is_not_taken_for_it(
     seen: list[str] = []
     sink = logger.add(lambda m: seen.append(str(m)), level="WARNING")
     try:
-        assert run(capsys, "keys", "add", "fake", "env:FAKE_KEY_C",
+        assert run(capsys, daemons.clock, "keys", "add", "fake", "env:FAKE_KEY_C",
                    "--db", str(daemon.db))[0] == 0
         daemons.steer("FAKE_KEY_A", TRANSIENT)
         daemons.steer("FAKE_KEY_B", TRANSIENT)

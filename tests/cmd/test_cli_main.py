@@ -91,3 +91,12 @@ def test_the_read_only_commands_do_not_import_the_daemon() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_malformed_clock_offset_is_one_line_and_the_config_exit_code(
+    db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SESSIONWARDEN_CLOCK_OFFSET", "next tuesday")
+    assert main(["keys", "list", "--db", str(db)]) == 78
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "SESSIONWARDEN_CLOCK_OFFSET" in err

@@ -158,7 +158,7 @@ def test_a_bad_config_is_one_line(db: Path, tmp_path: Path,
 
 def test_the_budget_and_the_notices_of_the_session(db: Path, tmp_path: Path) -> None:
     with EventLog(db, readonly=True) as log:
-        status = read_status(log, load_config(None, {}), "work")
+        status = read_status(log, load_config(None, {}), "work", T0)
     assert status is not None
     data = status_json(status)
     assert data["budget"] == {"session_id": "work", "cap": None, "spent": "0",
@@ -214,7 +214,7 @@ def test_the_rate_limit_line_is_the_key_the_latest_client_call_used(
     # An empty bucket says until when; a spent one whose reset has passed does not.
     for now, until in ((T0, " (empty until 2026-12-01 09:00:20)"), (T0 + timedelta(hours=1), "")):
         with EventLog(path, readonly=True) as log:
-            status = read_status(log, load_config(None, {}), "s1")
+            status = read_status(log, load_config(None, {}), "s1", now)
         assert status is not None
         assert ("rate limits: openai key fp:main (last recorded 2026-12-01 09:00:00): "
                 f"requests 0/500 left{until}, tokens 29,000/30,000 left") in status_text(

@@ -74,7 +74,7 @@ def polled(tmp_path: Path, fake: FakeProviderServer,
            monkeypatch: pytest.MonkeyPatch) -> Iterator[Polled]:
     monkeypatch.setattr(credit_poll, "TICK_S", 0.01)
     fake.state.key_answer = answer(92)
-    clock = FakeClock(datetime.now(UTC))
+    clock = FakeClock(datetime(2026, 12, 2, 12, 0, tzinfo=UTC))
     logs: list[str] = []
     sink = logger.add(lambda m: logs.append(str(m)), level="INFO", format="{message}")
     daemon = InProcessDaemon(tmp_path / "events.db", fake, clock=clock)

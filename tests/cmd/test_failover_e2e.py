@@ -7,13 +7,12 @@ with that key gets those options), so the daemon's choice of key decides the ans
 
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import openai
 import pytest
-from sessionwarden.clock import FakeClock
 from sessionwarden.events import CODEC, CallCompleted, KeyStateChanged
 from sessionwarden.redact import fingerprint
 
@@ -228,8 +227,6 @@ def test_an_unknown_error_list_stops_the_daemon_with_one_line(tmp_path: Path,
 def test_a_bare_429_on_a_key_known_to_be_out_for_hours_benches_it_for_hours(
     daemons: Daemons
 ) -> None:
-    # The log's times are the wall clock's: the daemon's clock must agree with them here.
-    daemons.clock = FakeClock(datetime.now(UTC))
     start = daemons.clock.now()
     daemon = daemons.start()
     # A success whose headers say the key's request bucket is empty for two hours...
