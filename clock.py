@@ -8,7 +8,7 @@ told to.
 ``SESSIONWARDEN_CLOCK_OFFSET`` (``400d``, ``-2h``, ``90s``) shifts every :class:`SystemClock`
 of a process, and of the processes it starts, by that much: the wall clock a year ahead
 without libfaketime, whose patched timed waits hang a daemon. The test suite is run under
-it once a year ahead to show it depends on no date (docs/testing.md).
+it once a year ahead to show it depends on no date (README, the test command).
 """
 
 import os
