@@ -37,6 +37,9 @@ from sessionwarden.cmd.private import (
 from sessionwarden.cmd.protocol import bounded_head_protocol
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.server import LOOPBACK_NAMES, DaemonApp
+from sessionwarden.config import Config
+from sessionwarden.domain.compression import DEFAULT_CONTEXT_LENGTH
+from sessionwarden.domain.spill import oversized_limits
 from sessionwarden.store import InstanceLock
 
 __all__ = ["load_token", "run_daemon"]
@@ -136,6 +139,12 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def model_windows(config: Config) -> dict[str, int]:
+    """Each ``[[models]]`` entry's window in tokens, and the one assumed for the others."""
+    windows = {m.name: m.context_length or DEFAULT_CONTEXT_LENGTH for m in config.models}
+    return windows | {"models without a [[models]] entry": DEFAULT_CONTEXT_LENGTH}
+
+
 def run_daemon(args: argparse.Namespace, db: Path) -> int:
     """Run the daemon until SIGINT/SIGTERM; return 0 after a clean shutdown."""
     environ = dict(os.environ)
@@ -171,6 +180,8 @@ def run_daemon(args: argparse.Namespace, db: Path) -> int:
                 logger.warning("no real providers configured, only the offline simulated "
                                "one (models sim/<name>): set OPENAI_API_KEY, "
                                "ANTHROPIC_API_KEY or OPENROUTER_API_KEY, or pass --config")
+            for warning in oversized_limits(config.tools, model_windows(config)):
+                logger.warning("{}", warning)
             if remote:
                 logger.warning("listening on non-loopback {}: anyone who can reach it and "
                                "holds the token can spend your keys", host)

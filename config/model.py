@@ -244,11 +244,13 @@ class ToolsConfig(_Section, frozen=True):
     """``[tools]``: caps on tool results (per result, per turn), the preview size, the spill place.
 
     ``spill_dir`` is where spilled results are saved; empty means ``spill/`` beside the
-    database.
+    database. ``result_size_chars`` / ``turn_budget_chars`` None: not written, so they
+    scale with the model's window (``domain.spill.resolve_limits``); a written value is
+    used as written, even one equal to the default.
     """
 
-    result_size_chars: _Positive = 100_000
-    turn_budget_chars: _Positive = 200_000
+    result_size_chars: _Positive | None = None
+    turn_budget_chars: _Positive | None = None
     preview_chars: _Positive = 1_500
     overrides: dict[str, _Positive] = msgspec.field(default_factory=dict)
     spill_dir: str = ""

@@ -139,9 +139,7 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
     call = _Call(request, conversation, system, rest, digests, base, len(base.items), events,
                  tuple(content_ref(raw) for raw in system))
     model = settings.config.model_for(request.provider, request.model)
-    limits = resolve_limits(settings.config.tools,
-                            model.context_length if model else None,
-                            _explicit_tools(settings.config))
+    limits = resolve_limits(settings.config.tools, model.context_length if model else None)
     plan = plan_spills(messages, limits, settings.spill_dir, first=leading + len(base.client))
     if not plan.files:
         return _extend(settings, state, call, messages, plan, SpillOutcome(), now)
@@ -152,13 +150,6 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
         return _extend(settings, state, call, messages, plan, outcome, now)
 
     return Need(SpillWork(plan.files), resume)
-
-
-def _explicit_tools(config: Config) -> frozenset[str]:
-    """The ``[tools]`` limits the user set: those that differ from the defaults."""
-    tools, default = config.tools, type(config.tools)()
-    return frozenset(name for name in ("result_size_chars", "turn_budget_chars")
-                     if getattr(tools, name) != getattr(default, name))
 
 
 def _extend(settings: ContextSettings, state: SessionState, call: _Call,

@@ -47,7 +47,7 @@ covers it); the note precedes the preview so the agent learns first where the re
 
 import hashlib
 import posixpath
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -55,6 +55,8 @@ from sessionwarden.config import ToolsConfig
 
 __all__ = [
     "CHARS_PER_TOKEN",
+    "DEFAULT_RESULT_SIZE_CHARS",
+    "DEFAULT_TURN_BUDGET_CHARS",
     "MIN_RESULT_SIZE_CHARS",
     "MIN_TURN_BUDGET_CHARS",
     "PINNED_TOOLS",
@@ -67,6 +69,7 @@ __all__ = [
     "SpillDecision",
     "SpillReason",
     "TurnPlan",
+    "oversized_limits",
     "plan_turn",
     "preview",
     "resolve_limits",
@@ -86,6 +89,9 @@ CHARS_PER_TOKEN = 4
 #: Shares of the window (in characters) for the unset per-result and per-turn limits.
 RESULT_WINDOW_FRACTION = 0.15
 TURN_WINDOW_FRACTION = 0.30
+#: The limits when ``[tools]`` does not set them and the window is unknown.
+DEFAULT_RESULT_SIZE_CHARS = 100_000
+DEFAULT_TURN_BUDGET_CHARS = 200_000
 #: Floors of the window-scaled limits: below them a preview is all a result could be.
 MIN_RESULT_SIZE_CHARS = 8_000
 MIN_TURN_BUDGET_CHARS = 16_000
@@ -96,7 +102,6 @@ TRUNCATION_MARKER = "[sessionwarden truncated this tool result"
 
 #: Why a result is spilled: over its own threshold, or to bring its turn under budget.
 SpillReason = Literal["threshold", "turn_budget"]
-_LIMIT_FIELDS = frozenset({"result_size_chars", "turn_budget_chars", "preview_chars", "overrides"})
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,27 +125,22 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
         return self.overrides.get(tool_name, self.result_size_chars)
 
 
-def resolve_limits(
-    tools: ToolsConfig, context_length: int | None, explicit: Collection[str] = frozenset()
-) -> Limits:
+def resolve_limits(tools: ToolsConfig, context_length: int | None) -> Limits:
     """The limits for a model of ``context_length`` tokens (None or ≤ 0: unknown).
 
-    ``explicit`` names the ``[tools]`` keys the user set; those are taken as given, the
-    others (``result_size_chars``, ``turn_budget_chars``) shrink with a known window.
-
-    Raises:
-        ValueError: ``explicit`` names a key ``[tools]`` does not have (a wiring bug).
+    A limit the user wrote (``result_size_chars``, ``turn_budget_chars`` not None) is taken
+    as given; an absent one is its default, shrunk to a known window.
     """
-    unknown = set(explicit) - _LIMIT_FIELDS
-    if unknown:
-        raise ValueError(f"not [tools] limits: {', '.join(sorted(unknown))}")
     result, turn = tools.result_size_chars, tools.turn_budget_chars
-    if context_length is not None and context_length > 0:
-        window = context_length * CHARS_PER_TOKEN
-        if "result_size_chars" not in explicit:
-            scaled = min(int(window * RESULT_WINDOW_FRACTION), result)
-            result = max(MIN_RESULT_SIZE_CHARS, scaled)
-        if "turn_budget_chars" not in explicit:
+    window = context_length * CHARS_PER_TOKEN if context_length and context_length > 0 else 0
+    if result is None:
+        result = DEFAULT_RESULT_SIZE_CHARS
+        if window:
+            result = max(MIN_RESULT_SIZE_CHARS, min(int(window * RESULT_WINDOW_FRACTION),
+                                                    result))
+    if turn is None:
+        turn = DEFAULT_TURN_BUDGET_CHARS
+        if window:
             turn = max(MIN_TURN_BUDGET_CHARS, min(int(window * TURN_WINDOW_FRACTION), turn))
     return Limits(
         result_size_chars=result,
@@ -148,6 +148,29 @@ def resolve_limits(
         preview_chars=tools.preview_chars,
         overrides=dict(tools.overrides),
     )
+
+
+def oversized_limits(tools: ToolsConfig, windows: Mapping[str, int]) -> list[str]:
+    """Warnings for written limits larger than a model's whole window (``windows``: name → tokens).
+
+    Such a limit lets one result (or one turn) fill the window; it is kept as written —
+    the user's word — and said once at start, not silently changed.
+    """
+    written = {name: value for name, value in (
+        ("result_size_chars", tools.result_size_chars),
+        ("turn_budget_chars", tools.turn_budget_chars),
+        *((f"overrides.{tool}", cap) for tool, cap in tools.overrides.items()))
+        if value is not None}
+    found = []
+    for name, value in written.items():
+        over = sorted(model for model, tokens in windows.items()
+                      if value > tokens * CHARS_PER_TOKEN)
+        if over:
+            shown = ", ".join(over[:3]) + (f" and {len(over) - 3} more" if len(over) > 3 else "")
+            found.append(f"[tools].{name} = {value:,} characters is larger than the whole "
+                         f"context window of {shown} (~{CHARS_PER_TOKEN} characters a token): "
+                         "one such result fills it; kept as written")
+    return found
 
 
 def preview(content: str, budget: int) -> str:

@@ -26,6 +26,7 @@ import httpx
 import msgspec
 import openai
 import pytest
+from sessionwarden.clock import OFFSET_ENV
 
 from tests.support.fake_provider import FakeProviderServer
 
@@ -62,9 +63,14 @@ def config_text(base_url: str, key_vars: Sequence[str], *, extra: str = "",
 
 
 def clean_env() -> dict[str, str]:
-    """The test process's environment without any sessionwarden or provider settings."""
+    """The test process's environment without any sessionwarden or provider settings.
+
+    ``SESSIONWARDEN_CLOCK_OFFSET`` stays: a run of the suite a year ahead shifts its
+    daemons' clocks too.
+    """
     drop = ("SESSIONWARDEN_", "OPENAI_", "ANTHROPIC_", "OPENROUTER_", "FAKE_KEY")
-    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(drop) or k == OFFSET_ENV}
 
 
 class Daemon:

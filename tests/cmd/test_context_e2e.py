@@ -381,3 +381,21 @@ def test_a_spill_that_cannot_be_written_is_truncated_inline_and_the_call_goes_on
     assert TRUNCATION_MARKER in sent and big[:1000] in sent and len(sent) < 2_500
     [event] = spills(daemon, "nospill")
     assert event.truncated and event.file == "" and event.error
+
+
+def test_a_written_result_limit_is_used_as_written_even_when_it_is_the_default(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    # 100000 written equals the default: it was taken for unset and scaled to gpt-test's
+    # 128K window (76,800 characters), so this 80,000-character result was spilled.
+    extra = '[tools]\nresult_size_chars = 100000\n'
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=extra).start()
+    try:
+        big = lines(800)  # 80,000 characters
+        with daemon.openai(session="written") as client:
+            client.chat.completions.create(model=MODEL, messages=history(
+                turn([("call_1", "terminal", big)])))  # type: ignore[arg-type]
+        assert upstream(fake)[0].body["messages"][-1]["content"] == big
+        assert spills(daemon, "written") == []
+    finally:
+        daemon.stop()

@@ -79,3 +79,15 @@ def test_a_db_in_a_missing_directory_is_refused_not_created(
     assert daemon.spawn().wait(20) == 74, daemon.stderr()
     assert daemon.stderr() == f"sessionwarden: {missing}: no such directory\n"
     assert not missing.exists()
+
+
+def test_a_written_tool_limit_larger_than_a_window_is_warned_of_once_at_start(
+    daemon_factory: DaemonMaker, tmp_path: Path
+) -> None:
+    extra = ('[tools]\nresult_size_chars = 100000\n'
+             '[[models]]\nname = "small"\nprovider = "fake"\ncontext_length = 16000\n')
+    daemon = daemon_factory(db=db_in(tmp_path), extra_config=extra).start()
+    assert daemon.stop() == 0
+    warned = [line for line in daemon.stderr().splitlines() if "result_size_chars" in line]
+    assert len(warned) == 1 and "100,000 characters" in warned[0] and "small" in warned[0]
+    assert "gpt-test" not in warned[0]  # its 128K window holds it

@@ -2,7 +2,6 @@ import hashlib
 import posixpath
 import re
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sessionwarden.config import ToolsConfig
@@ -13,6 +12,7 @@ from sessionwarden.domain.spill import (
     SPILL_SUFFIX,
     TRUNCATION_MARKER,
     Limits,
+    oversized_limits,
     plan_turn,
     preview,
     resolve_limits,
@@ -56,24 +56,34 @@ def test_a_tiny_window_stops_at_the_floors() -> None:
     )
 
 
-def test_a_large_window_never_raises_the_configured_limits() -> None:
+def test_a_large_window_never_raises_the_defaults() -> None:
     limits = resolve_limits(ToolsConfig(result_size_chars=30_000), 1_000_000)
     assert (limits.result_size_chars, limits.turn_budget_chars) == (30_000, 200_000)
 
 
-def test_explicit_limits_are_taken_as_given() -> None:
+def test_written_limits_are_taken_as_given() -> None:
     tools = ToolsConfig(result_size_chars=90_000, turn_budget_chars=5_000, overrides={"t": 70_000})
-    limits = resolve_limits(tools, 8_000, explicit={"result_size_chars", "turn_budget_chars"})
+    limits = resolve_limits(tools, 8_000)
     assert (limits.result_size_chars, limits.turn_budget_chars) == (90_000, 5_000)
     assert limits.threshold("t") == 70_000  # overrides are the user's own, never scaled
-    only_turn = resolve_limits(tools, 8_000, explicit={"turn_budget_chars"})
+    only_turn = resolve_limits(ToolsConfig(turn_budget_chars=5_000), 8_000)
     assert only_turn.result_size_chars == MIN_RESULT_SIZE_CHARS
     assert only_turn.turn_budget_chars == 5_000
 
 
-def test_explicit_names_an_unknown_key() -> None:
-    with pytest.raises(ValueError, match="result_size"):
-        resolve_limits(ToolsConfig(), 8_000, explicit={"result_size"})
+def test_a_written_limit_equal_to_the_default_is_still_the_users() -> None:
+    # The bug: 100000 written was taken for unset and scaled to a 32K window (19,200).
+    limits = resolve_limits(ToolsConfig(result_size_chars=100_000, turn_budget_chars=200_000),
+                            32_000)
+    assert (limits.result_size_chars, limits.turn_budget_chars) == (100_000, 200_000)
+
+
+def test_only_written_limits_larger_than_a_window_are_warned_of() -> None:
+    tools = ToolsConfig(result_size_chars=200_000, overrides={"terminal": 10_000})
+    warnings = oversized_limits(tools, {"small": 32_000, "big": 1_000_000, "mid": 40_000})
+    assert len(warnings) == 1
+    assert "result_size_chars = 200,000" in warnings[0] and "mid, small" in warnings[0]
+    assert oversized_limits(ToolsConfig(), {"tiny": 1_000}) == []  # nothing written
 
 
 # ------------------------------------------------------------------ preview and stand-ins

@@ -11,8 +11,7 @@ from sessionwarden.upstream.chat_messages import to_neutral
 
 CODEC = ChatItems()
 LIMITS = resolve_limits(ToolsConfig(result_size_chars=1_000, turn_budget_chars=3_000,
-                                    preview_chars=100), None,
-                        {"result_size_chars", "turn_budget_chars"})
+                                    preview_chars=100), None)
 
 
 def calls(*named: tuple[str, str]) -> dict[str, Any]:
