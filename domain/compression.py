@@ -34,30 +34,31 @@ caller's estimate must count everything the model reads (tool schemas as JSON) o
 factor absorbs the difference. A new model starts from a fresh ``Calibration()``.
 
 **Anti-thrashing** (:class:`CompressionGuard`, after §2.3), judged on real readings only
-(never on estimates: Hermes #36718 judged twice per turn on two different measures):
+(never on estimates: Hermes #36718 judged twice per turn on two different measures). It
+stops *ineffective* compressions, and only those:
 
 - every compression is counted until a real reading fits under the threshold, which
   resets the count; after :data:`MAX_UNFIT_COMPRESSIONS` (2) the session is not
   compressed again until one does. A compression whose call reported no usage stays
   counted: a provider that stops reporting usage cannot make us compress forever;
 - after a compression, none other until the next call has ended (its reading, or its
-  lack of one, is the verdict);
-- frequency guard: at most :data:`FREQUENCY_LIMIT` compressions in any
-  :data:`FREQUENCY_WINDOW`. Time, not calls, because what a compression costs is
-  time-bound: it busts the provider's prompt cache (whose life is minutes) and a
-  model summary takes seconds; "at least one call between two" is already enforced by the
-  previous rule. A count over a window rather than a minimum gap lets a legitimate burst
-  through (a huge tool result right after a compression) and stops a sustained loop.
-  The constants (3 in 10 minutes) are those Hermes's own guard implies.
+  lack of one, is the verdict).
+
+Effective compressions are never rationed by frequency. Hermes's guard (3 in 10 minutes)
+was dropped: a fast agent reading large files legitimately needs a compression every few
+calls, and once rationed it forwarded ~133K-token prompts into a 128K window, each
+answered with a context-length error (issue 20).
+
+**The window comes first.** A prompt that with the output reserved for the answer would
+not fit the window (:func:`prompt_room`) is compressed *whatever the guard says*
+(reason ``"over_window"``): forwarding it can only fail. When no compression makes it
+fit, the caller refuses it before sending, naming the sizes.
 
 A model switch needs no reset: the next reading is judged against the new model's
 threshold. Left to the wiring: feed :func:`record_reading` only readings of calls
-admitted after the compression they judge; check ``[compression].enabled``; forward a
-call the guard refused to compress as it is, or refuse it with a clear error if it
-cannot fit the window at all.
+admitted after the compression they judge; check ``[compression].enabled``.
 """
 
-from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 import msgspec
@@ -65,8 +66,6 @@ from sessionwarden.config import CompressionConfig
 
 __all__ = [
     "DEFAULT_CONTEXT_LENGTH",
-    "FREQUENCY_LIMIT",
-    "FREQUENCY_WINDOW",
     "JSON_CHARS_PER_TOKEN",
     "MAX_FACTOR",
     "MAX_UNFIT_COMPRESSIONS",
@@ -84,6 +83,7 @@ __all__ = [
     "calibrate",
     "calibrated",
     "estimate_tokens",
+    "prompt_room",
     "record_compression",
     "record_reading",
     "should_compress",
@@ -106,13 +106,10 @@ MIN_FACTOR = 0.5
 MAX_FACTOR = 2.0
 #: Compressions without a fitting real reading after which a session is left alone.
 MAX_UNFIT_COMPRESSIONS = 2
-#: The frequency guard: at most this many compressions within this window of time.
-FREQUENCY_LIMIT = 3
-FREQUENCY_WINDOW = timedelta(minutes=10)
 
 FigureSource = Literal["estimated", "calibrated"]
 DecisionReason = Literal[
-    "below_threshold", "over_threshold", "ineffective", "awaiting_reading", "frequency"
+    "below_threshold", "over_threshold", "over_window", "ineffective", "awaiting_reading"
 ]
 
 
@@ -144,6 +141,23 @@ def trigger_tokens(model: ModelWindow | None, compression: CompressionConfig) ->
                                                           usable - 1))
     cap = compression.threshold_tokens
     return trigger if cap is None else min(trigger, cap, context)
+
+
+def prompt_room(model: ModelWindow | None, requested_output: int | None) -> tuple[int, int]:
+    """``(window, reserve)``: the model's window and the output tokens kept free in it.
+
+    The prompt fits when ``prompt + reserve <= window``. The reserve is the output limit
+    the request states, no more than the model's ``max_output_tokens``; else the model's;
+    else 0. A reserve as large as the window is not ours to judge (a provider may clamp
+    it): it counts as 0, and the prompt alone must fit.
+    """
+    window = (model.context_length if model else None) or DEFAULT_CONTEXT_LENGTH
+    model_max = model.max_output_tokens if model else None
+    if requested_output is not None:
+        reserve = min(requested_output, model_max) if model_max else requested_output
+    else:
+        reserve = model_max or 0
+    return window, reserve if reserve < window else 0
 
 
 def estimate_tokens(text_chars: int, json_chars: int) -> int:
@@ -213,12 +227,10 @@ class CompressionGuard(msgspec.Struct, frozen=True):
     Attributes:
         unfit: compressions since the last real reading that fit under the threshold.
         awaiting_reading: a compression happened and no real reading has judged it yet.
-        recent: when the compressions of the last :data:`FREQUENCY_WINDOW` happened.
     """
 
     unfit: int = 0
     awaiting_reading: bool = False
-    recent: tuple[datetime, ...] = ()
 
     @property
     def ineffective(self) -> int:
@@ -229,7 +241,8 @@ class CompressionGuard(msgspec.Struct, frozen=True):
 class Decision(msgspec.Struct, frozen=True):
     """Whether to compress now, and why.
 
-    ``retry_after_s`` is set for a ``"frequency"`` refusal: when the guard lets go.
+    ``room`` is the most prompt tokens that fit the window with the answer's reserve
+    (None: not checked).
     """
 
     compress: bool
@@ -237,39 +250,33 @@ class Decision(msgspec.Struct, frozen=True):
     tokens: int
     threshold: int
     source: FigureSource
-    retry_after_s: float | None = None
+    room: int | None = None
 
 
-def _in_window(recent: tuple[datetime, ...], now: datetime) -> tuple[datetime, ...]:
-    # A time after ``now`` (a clock stepped back) stays counted: the guard errs on safety.
-    return tuple(t for t in recent if now - t < FREQUENCY_WINDOW)
+def should_compress(guard: CompressionGuard, figure: TokenFigure, threshold: int,
+                    room: int | None = None) -> Decision:
+    """Decide on ``figure`` against ``threshold`` (ties compress) under the guard.
 
+    A figure over ``room`` (the prompt tokens that fit the window) is compressed whatever
+    the guard says: forwarding it can only fail.
+    """
+    def decide(compress: bool, reason: DecisionReason) -> Decision:
+        return Decision(compress, reason, figure.tokens, threshold, figure.source, room)
 
-def should_compress(guard: CompressionGuard, figure: TokenFigure, now: datetime,
-                    threshold: int) -> Decision:
-    """Decide on ``figure`` against ``threshold`` (ties compress) under the guard."""
-    def decide(compress: bool, reason: DecisionReason, after: float | None = None) -> Decision:
-        return Decision(compress, reason, figure.tokens, threshold, figure.source, after)
-
+    if room is not None and figure.tokens > room:
+        return decide(True, "over_window")
     if figure.tokens < threshold:
         return decide(False, "below_threshold")
     if guard.unfit >= MAX_UNFIT_COMPRESSIONS:
         return decide(False, "ineffective")
     if guard.awaiting_reading:
         return decide(False, "awaiting_reading")
-    recent = _in_window(guard.recent, now)
-    if len(recent) >= FREQUENCY_LIMIT:
-        oldest = sorted(recent)[-FREQUENCY_LIMIT]
-        wait = max((oldest + FREQUENCY_WINDOW - now).total_seconds(), 0.0)
-        return decide(False, "frequency", wait)
     return decide(True, "over_threshold")
 
 
-def record_compression(guard: CompressionGuard, now: datetime) -> CompressionGuard:
-    """A compression was carried out at ``now``: count it and await its verdict."""
-    recent = (*_in_window(guard.recent, now), now)
-    return CompressionGuard(unfit=guard.unfit + 1, awaiting_reading=True,
-                            recent=recent[-FREQUENCY_LIMIT:])
+def record_compression(guard: CompressionGuard) -> CompressionGuard:
+    """A compression was carried out: count it and await its verdict."""
+    return CompressionGuard(unfit=guard.unfit + 1, awaiting_reading=True)
 
 
 def record_reading(guard: CompressionGuard, real_tokens: int | None,
@@ -281,7 +288,7 @@ def record_reading(guard: CompressionGuard, real_tokens: int | None,
     verdict. A zero reading is no reading (no real prompt is empty).
     """
     if real_tokens is not None and 0 < real_tokens < threshold:
-        return CompressionGuard(recent=guard.recent)
+        return CompressionGuard()
     if not guard.awaiting_reading:
         return guard
-    return CompressionGuard(unfit=guard.unfit, recent=guard.recent)
+    return CompressionGuard(unfit=guard.unfit)

@@ -15,6 +15,12 @@ through the control API, then compresses (``domain.compaction``):
   is ever dropped without a summary covering it. A session's very first call uses the
   builtin summariser: a side call cannot be the call that starts a session.
 
+A prompt that cannot fit the window with its answer's reserve (``domain.compression``'s
+``prompt_room``) is compressed whatever the anti-thrashing guard says, and when even
+compressed it does not fit (or compression is off, or found nothing to summarise) the
+call is refused before sending: 400 ``context_length_exceeded``, naming the sizes. No
+request is forwarded that cannot fit its model's window.
+
 Each outcome is recorded: ContextCompressed, SummariserFailed (with the cooldown).
 """
 
@@ -26,10 +32,10 @@ from sessionwarden.domain.admission import Need, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.compaction import Compaction, Prepared, builtin, finish, prepare
 from sessionwarden.domain.compression import (
-    DEFAULT_CONTEXT_LENGTH,
     Calibration,
     CompressionGuard,
     calibrated,
+    prompt_room,
     record_compression,
     should_compress,
     token_figure,
@@ -52,6 +58,7 @@ from sessionwarden.domain.summariser import (
 )
 from sessionwarden.domain.summary import Summary, render
 from sessionwarden.domain.transcript import content_key
+from sessionwarden.domain.worst_case import requested_max_tokens
 from sessionwarden.events import CompactionSkipped, ContextCompressed, Event, SummariserFailed
 
 __all__ = ["Done", "compress_step"]
@@ -74,6 +81,9 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
     compression = config.compression
     model = config.model_for(request.provider, request.model)
     threshold = trigger_tokens(model, compression)
+    fields = getattr(request.body, "fields", None)
+    window, reserve = prompt_room(model, requested_max_tokens(fields))
+    fit = _Fit(request, window, reserve)
     context = state.context
     guard = context.guard if context is not None else CompressionGuard()
     health = context.health if context is not None else SummariserHealth()
@@ -81,34 +91,45 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
     figure = token_figure(cal or Calibration(), fixed + history.tokens)
     requested = state.compaction
     update = ContextUpdate(history, guard, threshold, health)
+
+    def unchanged(extra: list[Event]) -> StageResult:
+        """Forward ``history`` as it is, if it fits the window."""
+        if figure.tokens > fit.room:
+            return fit.refuse(figure.tokens, [*events, *extra], compressed=False)
+        return done(history, kept, [*events, *extra], update)
+
     if requested is None and not (compression.enabled and should_compress(
-            guard, figure, now, threshold).compress):
-        return done(history, kept, events, update)
+            guard, figure, threshold, fit.room).compress):
+        return unchanged([])
     prepared = prepare(history, client_items, codec, compression, threshold, known)
     if prepared is None:
-        return done(history, kept, [*events, *_skipped(request, requested,
-                                                       "nothing to summarise")], update)
+        return unchanged(_skipped(request, requested, "nothing to summarise"))
 
     def compressed(compaction: Compaction | None, extra: list[Event],
                    health: SummariserHealth) -> StageResult:
         if compaction is None:
             why = ("the summary failed" if extra else
                    "the result would not have been 10 % smaller")
+            if figure.tokens > fit.room:
+                return fit.refuse(figure.tokens, [*events, *extra], compressed=False)
             return done(history, kept, [*events, *extra, *_skipped(request, requested, why)],
                         update._replace(health=health))
         after = fixed + compaction.history.tokens
+        tokens_after = calibrated(cal, after) if cal else after
         event = ContextCompressed(
             call_id=request.call_id,
             trigger="requested" if requested is not None else "threshold",
             summariser=compaction.summariser, model=compaction.model, focus=requested or "",
             source="real" if figure.source == "calibrated" else "estimated",
-            tokens_before=figure.tokens, tokens_after=calibrated(cal, after) if cal else after,
+            tokens_before=figure.tokens, tokens_after=tokens_after,
             threshold=threshold, messages_before=compaction.messages_before,
             messages_after=len(compaction.history.items), summarised=compaction.summarised,
             pruned=compaction.pruned,
             summary=(content_key(compaction.summary_raw), len(compaction.summary_raw)))
+        if tokens_after > fit.room:
+            return fit.refuse(tokens_after, [*events, *extra], compressed=True)
         return done(compaction.history, 0, [*events, *extra, event], ContextUpdate(
-            compaction.history, record_compression(guard, now), threshold, health))
+            compaction.history, record_compression(guard), threshold, health))
 
     if compression.summariser != "model" or not state.started:
         return compressed(builtin(prepared, codec, threshold), [], health)
@@ -181,9 +202,29 @@ def _failed(config: Config, request: CallRequest, prepared: Prepared, codec: Ite
         compaction = builtin(prepared, codec, threshold, summariser="builtin-fallback")
         return compressed(compaction, [failed], health)
     model = config.model_for(request.provider, request.model)
-    window = (model.context_length if model else None) or DEFAULT_CONTEXT_LENGTH
-    if fixed + prepared.history.tokens >= window:
+    window, reserve = prompt_room(model, requested_max_tokens(
+        getattr(request.body, "fields", None)))
+    if fixed + prepared.history.tokens > window - reserve:
         return Refuse(503, "the session's history no longer fits the model's window and "
                       f"its summary could not be made ({reason}); nothing was sent",
                       code="summary_failed", kind="server_error", events=(*events, failed))
     return compressed(None, [failed], health)
+
+
+class _Fit:
+    """The window a call's prompt must fit, and the refusal when it cannot."""
+
+    def __init__(self, request: CallRequest, window: int, reserve: int) -> None:
+        self.request, self.window, self.reserve = request, window, reserve
+        #: The most prompt tokens that fit beside the answer's reserve.
+        self.room = window - reserve
+
+    def refuse(self, tokens: int, events: list[Event], *, compressed: bool) -> Refuse:
+        """400 ``context_length_exceeded``: the sizes, and that nothing was sent."""
+        how = "even compressed" if compressed else "and compression could not shorten it"
+        answer = (f" + {self.reserve:,} reserved for the answer" if self.reserve else "")
+        return Refuse(
+            400, f"the request does not fit {self.request.model}'s context window {how}: "
+            f"~{tokens:,} prompt tokens{answer} > {self.window:,}; nothing was sent "
+            "(shorten the newest messages or the tool results, or start a new session)",
+            code="context_length_exceeded", events=tuple(events))

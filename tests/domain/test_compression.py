@@ -1,13 +1,12 @@
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sessionwarden.config import CompressionConfig, ModelConfig
 from sessionwarden.domain.compression import (
     DEFAULT_CONTEXT_LENGTH,
-    FREQUENCY_LIMIT,
-    FREQUENCY_WINDOW,
     MAX_FACTOR,
     MAX_UNFIT_COMPRESSIONS,
     MIN_FACTOR,
@@ -18,6 +17,7 @@ from sessionwarden.domain.compression import (
     calibrate,
     calibrated,
     estimate_tokens,
+    prompt_room,
     record_compression,
     record_reading,
     should_compress,
@@ -218,9 +218,9 @@ OVER = TokenFigure(150_000, "calibrated")
 
 def test_below_threshold_does_not_compress_and_ties_do() -> None:
     guard = CompressionGuard()
-    assert should_compress(guard, TokenFigure(99_999, "estimated"), T0, THRESHOLD).reason == (
+    assert should_compress(guard, TokenFigure(99_999, "estimated"), THRESHOLD).reason == (
         "below_threshold")
-    decision = should_compress(guard, TokenFigure(THRESHOLD, "estimated"), T0, THRESHOLD)
+    decision = should_compress(guard, TokenFigure(THRESHOLD, "estimated"), THRESHOLD)
     assert decision.compress and decision.reason == "over_threshold"
     assert (decision.tokens, decision.threshold, decision.source) == (
         THRESHOLD, THRESHOLD, "estimated")
@@ -228,90 +228,105 @@ def test_below_threshold_does_not_compress_and_ties_do() -> None:
 
 def test_two_ineffective_compressions_block_until_a_real_reading_fits() -> None:
     guard = CompressionGuard()
-    now = T0
     for strike in (1, 2):
-        assert should_compress(guard, OVER, now, THRESHOLD).compress
-        guard = record_compression(guard, now)
+        assert should_compress(guard, OVER, THRESHOLD).compress
+        guard = record_compression(guard)
         guard = record_reading(guard, 120_000, THRESHOLD)  # still over: ineffective
         assert guard.ineffective == strike
-        now += FREQUENCY_WINDOW
-    blocked = should_compress(guard, OVER, now, THRESHOLD)
+    blocked = should_compress(guard, OVER, THRESHOLD)
     assert not blocked.compress and blocked.reason == "ineffective"
     # an estimate below the threshold does not unblock: only a real reading does
     guard = record_reading(guard, 130_000, THRESHOLD)
-    assert should_compress(guard, OVER, now, THRESHOLD).reason == "ineffective"
+    assert should_compress(guard, OVER, THRESHOLD).reason == "ineffective"
     guard = record_reading(guard, 90_000, THRESHOLD)
-    assert guard == CompressionGuard(recent=guard.recent)
-    assert should_compress(guard, OVER, now, THRESHOLD).compress
+    assert guard == CompressionGuard()
+    assert should_compress(guard, OVER, THRESHOLD).compress
 
 
 def test_an_effective_compression_clears_the_count() -> None:
-    guard = record_reading(record_compression(CompressionGuard(), T0), 120_000, THRESHOLD)
-    guard = record_compression(guard, T0 + FREQUENCY_WINDOW)
+    guard = record_reading(record_compression(CompressionGuard()), 120_000, THRESHOLD)
+    guard = record_compression(guard)
     guard = record_reading(guard, 40_000, THRESHOLD)
     assert (guard.unfit, guard.ineffective, guard.awaiting_reading) == (0, 0, False)
 
 
 def test_no_second_compression_before_a_reading_judges_the_first() -> None:
-    guard = record_compression(CompressionGuard(), T0)
-    assert should_compress(guard, OVER, T0 + FREQUENCY_WINDOW, THRESHOLD).reason == (
-        "awaiting_reading")
+    guard = record_compression(CompressionGuard())
+    assert should_compress(guard, OVER, THRESHOLD).reason == "awaiting_reading"
 
 
 def test_a_compression_without_usage_stays_counted() -> None:
     guard = CompressionGuard()
-    now = T0
     for _ in range(MAX_UNFIT_COMPRESSIONS):
-        assert should_compress(guard, OVER, now, THRESHOLD).compress
-        guard = record_reading(record_compression(guard, now), None, THRESHOLD)
-        now += FREQUENCY_WINDOW
-    assert should_compress(guard, OVER, now, THRESHOLD).reason == "ineffective"
+        assert should_compress(guard, OVER, THRESHOLD).compress
+        guard = record_reading(record_compression(guard), None, THRESHOLD)
+    assert should_compress(guard, OVER, THRESHOLD).reason == "ineffective"
     assert record_reading(guard, 0, THRESHOLD) == guard  # a zero reading is no reading
 
 
-def test_frequency_guard_allows_three_in_ten_minutes() -> None:
+def test_effective_compressions_are_never_rationed() -> None:
+    # A fast agent reading large files: over the threshold at every call, and every
+    # compression brings it back under. Each call may compress (Hermes's 3 per 10 min
+    # forwarded ~133K-token prompts into a 128K window).
     guard = CompressionGuard()
-    for minute in range(FREQUENCY_LIMIT):
-        now = T0 + timedelta(minutes=minute)
-        assert should_compress(guard, OVER, now, THRESHOLD).compress
-        guard = record_reading(record_compression(guard, now), 50_000, THRESHOLD)
-    now = T0 + timedelta(minutes=4)
-    refused = should_compress(guard, OVER, now, THRESHOLD)
-    assert not refused.compress and refused.reason == "frequency"
-    assert refused.retry_after_s == 360.0
-    assert should_compress(guard, OVER, T0 + FREQUENCY_WINDOW, THRESHOLD).compress
+    for _ in range(50):
+        decision = should_compress(guard, OVER, THRESHOLD)
+        assert decision.compress and decision.reason == "over_threshold"
+        guard = record_reading(record_compression(guard), 40_000, THRESHOLD)
 
 
-# Each step: seconds since the previous one, the figure before the call, and the call's
-# real reading (None: the call reported no usage).
+@pytest.mark.parametrize("guard", [
+    CompressionGuard(unfit=MAX_UNFIT_COMPRESSIONS),  # ineffective
+    CompressionGuard(unfit=1, awaiting_reading=True),  # awaiting its reading
+    CompressionGuard(unfit=5, awaiting_reading=True),
+])
+def test_a_prompt_over_the_window_is_compressed_whatever_the_guard_says(
+    guard: CompressionGuard
+) -> None:
+    room = 128_000 - 4_000
+    decision = should_compress(guard, TokenFigure(room + 1, "calibrated"), THRESHOLD, room)
+    assert decision.compress and decision.reason == "over_window" and decision.room == room
+    assert not should_compress(guard, TokenFigure(room, "calibrated"), THRESHOLD, room).compress
+
+
+def test_the_room_keeps_the_answers_reserve() -> None:
+    class Model:
+        def __init__(self, window: int | None, most: int | None) -> None:
+            self.context_length, self.max_output_tokens = window, most
+            self.compression_threshold = None
+
+    assert prompt_room(None, None) == (DEFAULT_CONTEXT_LENGTH, 0)
+    assert prompt_room(None, 4_096) == (DEFAULT_CONTEXT_LENGTH, 4_096)
+    assert prompt_room(Model(200_000, 8_192), None) == (200_000, 8_192)
+    assert prompt_room(Model(200_000, 8_192), 64_000) == (200_000, 8_192)  # the model's max
+    assert prompt_room(Model(200_000, None), 1_000) == (200_000, 1_000)
+    assert prompt_room(Model(32_000, None), 32_000) == (32_000, 0)  # not ours to judge
+
+
+# Each step: the figure before the call, and the call's real reading (None: the call
+# reported no usage).
 steps = st.lists(
-    st.tuples(st.integers(min_value=0, max_value=900),
-              st.integers(min_value=0, max_value=200_000),
+    st.tuples(st.integers(min_value=0, max_value=200_000),
               st.none() | st.integers(min_value=0, max_value=200_000)),
     max_size=60,
 )
 
 
 @given(steps)
-def test_guard_never_thrashes(script: list[tuple[int, int, int | None]]) -> None:
+def test_guard_never_thrashes(script: list[tuple[int, int | None]]) -> None:
     guard = CompressionGuard()
-    now = T0
     since_fit = 0
-    times: list[datetime] = []
-    for seconds, figure, reading in script:
-        now += timedelta(seconds=seconds)
-        decision = should_compress(guard, TokenFigure(figure, "calibrated"), now, THRESHOLD)
+    for figure, reading in script:
+        decision = should_compress(guard, TokenFigure(figure, "calibrated"), THRESHOLD)
         if decision.compress:
-            guard = record_compression(guard, now)
+            guard = record_compression(guard)
             since_fit += 1
-            times.append(now)
-        elif figure >= THRESHOLD and since_fit == 0 and not guard.awaiting_reading:
-            # a refusal with no compression since a fitting reading is the frequency guard
-            assert decision.reason == "frequency"
+        elif figure >= THRESHOLD:
+            # refused over the threshold: only for ineffective ones, or awaiting a verdict
+            assert decision.reason in ("ineffective", "awaiting_reading")
+            assert since_fit >= MAX_UNFIT_COMPRESSIONS or guard.awaiting_reading
         assert since_fit <= MAX_UNFIT_COMPRESSIONS
         guard = record_reading(guard, reading, THRESHOLD)
         if reading is not None and 0 < reading < THRESHOLD:
             since_fit = 0
         assert guard.unfit == since_fit
-    for first, later in zip(times, times[FREQUENCY_LIMIT:], strict=False):
-        assert later - first >= FREQUENCY_WINDOW

@@ -7,6 +7,7 @@ import msgspec
 from sessionwarden.config import CompressionConfig, Config, ModelConfig, ProviderConfig
 from sessionwarden.domain.admission import Need, Proceed, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.compression import MAX_UNFIT_COMPRESSIONS, CompressionGuard
 from sessionwarden.domain.context import ContextSettings, govern
 from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.spill_turns import SpillOutcome, SpillWork
@@ -206,3 +207,49 @@ def test_the_system_messages_count_in_the_estimate_and_are_read_again_when_chang
     assert three.request.shape.prompt_tokens > two.request.shape.prompt_tokens + 700
     record = three.request.record
     assert record is not None and record.system is not None and record.fields is None
+
+
+def tool_round(n: int, size: int) -> list[dict[str, Any]]:
+    return [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"t{n}", "type": "function",
+         "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]},
+        {"role": "tool", "tool_call_id": f"t{n}", "content": f"{n} " + "y" * size}]
+
+
+def test_a_prompt_over_the_window_is_compressed_though_the_guard_says_ineffective() -> None:
+    state = SessionState("s")
+    admit(state, run(SETTINGS, state, request(long_session(1), "c1")))
+    state.adopt(state.context._replace(guard=CompressionGuard(unfit=MAX_UNFIT_COMPRESSIONS)))
+    # ~20K tokens of history into a 16K window (15K room beside the 1K reserve).
+    result = run(SETTINGS, state, request(long_session(60), "c2"))
+    assert isinstance(result, Proceed)
+    [compressed] = [e for e in result.events if isinstance(e, ContextCompressed)]
+    assert compressed.tokens_before > 15_000 > result.request.shape.prompt_tokens
+
+
+def test_a_prompt_no_compression_can_fit_is_refused_naming_the_sizes() -> None:
+    # The newest tool result alone (read_file: never spilled) is larger than the window.
+    messages = [{"role": "user", "content": "read it"}, *tool_round(1, 80_000)]
+    result = run(SETTINGS, SessionState("s"), request(messages))
+    assert isinstance(result, Refuse) and result.status == 400
+    assert result.code == "context_length_exceeded"
+    assert "small's context window" in result.message and "+ 1,000 reserved" in result.message
+    assert "> 16,000" in result.message and "nothing was sent" in result.message
+
+
+def test_with_compression_off_a_prompt_over_the_window_is_refused_not_sent() -> None:
+    settings = ContextSettings(config(enabled=False), "/spill")
+    assert isinstance(run(settings, SessionState("s"), request(long_session(25))), Proceed)
+    result = run(settings, SessionState("s"), request(long_session(80)))
+    assert isinstance(result, Refuse) and result.code == "context_length_exceeded"
+    assert "compression could not shorten it" in result.message
+
+
+def test_the_reserve_is_the_answers_limit_the_request_states() -> None:
+    body = msgspec.json.encode({"model": "small", "messages": long_session(80),
+                                "max_tokens": 800})
+    conversation, shape = WIRE.read_request(body)
+    req = CallRequest(call_id="c", session_id="s", provider="p", model="small",
+                      api_mode="chat_completions", shape=shape, body=conversation)
+    result = run(ContextSettings(config(enabled=False), "/spill"), SessionState("s"), req)
+    assert isinstance(result, Refuse) and "+ 800 reserved for the answer" in result.message
