@@ -34,8 +34,10 @@ class InProcessDaemon:
     """A :class:`Runtime` and its :class:`DaemonApp` on a free loopback port."""
 
     def __init__(self, db: Path, fake: FakeProviderServer, extra_config: str = "",
-                 pipeline: Pipeline | None = None, clock: Clock | None = None) -> None:
+                 pipeline: Pipeline | None = None, clock: Clock | None = None,
+                 max_body_bytes: int = 1 << 20) -> None:
         self.db = db
+        self.max_body_bytes = max_body_bytes
         self.pipeline = pipeline
         self.clock = clock
         self.keys = {"FAKE_KEY_A": "sk-test-a-" + secrets.token_hex(8),
@@ -53,7 +55,7 @@ class InProcessDaemon:
         self.rt = Runtime(self.config, self.db, self.keys, pipeline=self.pipeline,
                           clock=self.clock)
         self.rt.start()
-        app = DaemonApp(self.rt, self.token, max_body_bytes=1 << 20)
+        app = DaemonApp(self.rt, self.token, max_body_bytes=self.max_body_bytes)
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)

@@ -81,6 +81,10 @@ class FakeOptions:
     max_prompt_chars: int | None = None  # a longer prompt gets OpenAI's context-length 400
     stream_error_at: int | None = None  # a 200 stream ends with an error event after N events
     stream_comments: int = 0  # keep-alive comments (": PROCESSING") before a stream's events
+    # A scripted agent: while the request offers tools, the k-th answer to a conversation
+    # (known by its first user message) calls the first tool with {"path": tool_paths[k]};
+    # then a text answer. Plain (not streamed) answers only.
+    tool_paths: list[str] | None = None
 
     @classmethod
     def parse(cls, body: dict[str, Any], headers: dict[str, str],
@@ -143,6 +147,8 @@ class FakeProviderState:
     listing: bytes | None = None
     listing_status: int = 200
     listing_chunked: bool = False
+    #: Tool-calling answers given so far, by conversation (``FakeOptions.tool_paths``).
+    rounds: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, request: RecordedRequest) -> None:
@@ -156,6 +162,12 @@ class FakeProviderState:
         """Increment one named counter."""
         with self._lock:
             self.counters[name] += 1
+
+    def next_round(self, conversation: str) -> int:
+        """The number of tool-calling answers ``conversation`` had, counting this one."""
+        with self._lock:
+            self.rounds[conversation] += 1
+            return self.rounds[conversation] - 1
 
     def snapshot(self) -> list[RecordedRequest]:
         """Return a copy of the recorded requests."""
@@ -174,6 +186,7 @@ class FakeProviderState:
             self.requests.clear()
             self.counters.clear()
             self.by_model.clear()
+            self.rounds.clear()
 
     def reset(self) -> None:
         """Back to a new state's: nothing recorded, nothing steered, no key answer or listing."""
@@ -202,6 +215,23 @@ def _token_counts(body: dict[str, Any]) -> tuple[int, int, str]:
     users = [_text(m.get("content")) for m in msgs if m.get("role") == "user"]
     last_user = users[-1] if users else ""
     return prompt, cached, "ok: " + last_user[:40]
+
+
+def _tool_call(state: FakeProviderState, body: dict[str, Any],
+               opts: FakeOptions) -> list[dict[str, Any]]:
+    """The scripted agent's tool call for this request (``FakeOptions.tool_paths``), if any."""
+    tools = body.get("tools")
+    if not opts.tool_paths or not isinstance(tools, list) or not tools:
+        return []
+    msgs = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    first = next((_text(m.get("content")) for m in msgs if m.get("role") == "user"), "")
+    done = state.next_round(first)
+    if done >= len(opts.tool_paths):
+        return []
+    name = tools[0].get("function", {}).get("name", "tool")
+    return [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+             "function": {"name": name,
+                          "arguments": json.dumps({"path": opts.tool_paths[done]})}}]
 
 
 def _split(text: str, n: int) -> list[str]:
@@ -353,6 +383,7 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
         prompt, cached, text = _token_counts(body)
         if opts.reply is not None:
             text = opts.reply
+        calls = _tool_call(st, body, opts)
         key = headers.get("authorization", "").removeprefix("Bearer ")
         if opts.echo_key_ok:
             text += f" (your key is {key})"
@@ -369,9 +400,12 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
         if opts.echo_key_header:
             rl |= {"x-echo-key": key, "x-echo-auth": f"Bearer {key}"}
         if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if calls:
+                message = {"role": "assistant", "content": None, "tool_calls": calls}
             resp = {**base, "object": "chat.completion", "choices": [{
-                "index": 0, "message": {"role": "assistant", "content": text},
-                "logprobs": None, "finish_reason": "stop"}]}
+                "index": 0, "message": message, "logprobs": None,
+                "finish_reason": "tool_calls" if calls else "stop"}]}
             if usage is not None:
                 resp["usage"] = usage
             raw = _escape_key(json.dumps(resp), key, opts).encode()
