@@ -122,3 +122,8 @@ def test_keys_prints_selection_classification_and_the_fast_refusal() -> None:
                  "plain proxied call", "refused, every key benched (not sent)",
                  "one failover's cost"):
         assert line in out
+
+
+def test_agent_run_prints_compressions_the_window_and_the_prefix_share() -> None:
+    out = run_script(str(BENCH / "agent_run.py"), "--calls", "8")
+    assert "compr/100" in out and "\nsessionwarden " in out and "\nas sent " in out
