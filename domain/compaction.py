@@ -50,10 +50,17 @@ from sessionwarden.domain.messages import (
     tool_pairs,
 )
 from sessionwarden.domain.prune import prune
-from sessionwarden.domain.summary import Summary, builtin_summary, render
+from sessionwarden.domain.summary import (
+    SUMMARY_START,
+    Summary,
+    builtin_summary,
+    covered_turns,
+    render,
+    with_end,
+)
 
 __all__ = ["NOTE", "Compaction", "Prepared", "builtin", "finish", "is_summary", "prepare",
-           "summary_budget", "tokens_of"]
+           "summary_budget", "tokens_of", "turns_since_request"]
 
 #: The system note that tells the model earlier turns were summarised.
 NOTE = ("[sessionwarden compressed the earlier turns of this conversation into the summary "
@@ -62,7 +69,6 @@ NOTE = ("[sessionwarden compressed the earlier turns of this conversation into t
 MIN_SAVING = 0.9
 #: A per-message overhead in tokens (role, framing).
 MESSAGE_TOKENS = 4
-_SUMMARY_START = "[Context summary"
 
 
 def tokens_of(message: Message) -> int:
@@ -90,7 +96,27 @@ def tokens_of(message: Message) -> int:
 def is_summary(message: Message) -> bool:
     """Whether ``message`` is a summary an earlier compression wrote."""
     first = message.parts[0] if message.parts else None
-    return isinstance(first, Text) and first.text.startswith(_SUMMARY_START)
+    return isinstance(first, Text) and first.text.startswith(SUMMARY_START)
+
+
+def turns_since_request(messages: Sequence[Message]) -> int:
+    """The agent's tool-calling turns since the newest request, summaries included.
+
+    Walking back: an assistant message calling tools is one turn; an earlier summary adds
+    the turns its end line says it covers; a user request ends the walk. The summary made
+    of ``messages`` says this much in its end line, so a model (and ``sim``'s agents,
+    which count their steps from the newest request) knows how far the task has gone.
+    """
+    turns = 0
+    for message in reversed(messages):
+        if is_summary(message):
+            first = message.parts[0]
+            turns += covered_turns(first.text) or 0 if isinstance(first, Text) else 0
+        elif is_actionable_request(message, is_summary):
+            break
+        if message.role == "assistant" and tool_calls(message):
+            turns += 1
+    return turns
 
 
 def _anchor_indices(messages: Sequence[Message]) -> list[int]:
@@ -221,6 +247,10 @@ def finish(prepared: Prepared, text: str, codec: ItemCodec, *, summariser: str,
     bust the provider's prompt cache for nothing, and count against the session's guard.
     """
     history = prepared.history
+    # The steps since the newest request that the summary covers: none when that request
+    # is in the tail (what the summary covers came before it).
+    later = any(is_actionable_request(m, is_summary) for m in prepared.tail)
+    text = with_end(text, 0 if later else turns_since_request(prepared.middle))
     assembled = assemble(prepared.head, text, prepared.tail, NOTE)
     originals = {id(m): item for m, item in zip(prepared.messages, history.items, strict=True)}
     items: list[Item] = []

@@ -49,7 +49,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 from sessionwarden.domain.messages import Message, Opaque, Text, ToolCall, ToolResult
-from sessionwarden.domain.summary import MIN_MAX_CHARS, SECTIONS
+from sessionwarden.domain.summary import MIN_MAX_CHARS, SECTIONS, SUMMARY_START
 
 __all__ = [
     "ARGUMENTS_MAX_CHARS",
@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 #: The first line of every summary a model wrote.
-MODEL_HEADER = "[Context summary — written by a model from earlier turns; reference only]"
+MODEL_HEADER = SUMMARY_START + " — written by a model from earlier turns; reference only]"
 
 MESSAGE_MAX_CHARS = 6_000
 MESSAGE_HEAD_CHARS = 4_000
@@ -319,7 +319,7 @@ def accept_summary(text: str, max_chars: int) -> str | None:
     """
     body = _THINK.sub("", text).strip()
     first, _, rest = body.partition("\n")
-    if first.strip().startswith("[Context summary"):
+    if first.strip().startswith(SUMMARY_START):
         body = rest.strip()
     if not body:
         return None

@@ -76,14 +76,46 @@ __all__ = [
     "MAX_PENDING_ASKS",
     "MIN_MAX_CHARS",
     "SECTIONS",
+    "SUMMARY_START",
     "Summary",
     "bound",
     "builtin_summary",
+    "covered_turns",
     "render",
+    "summary_end",
+    "with_end",
 ]
 
+#: How every summary's first line starts, the builtin's and a model's: the mark by which
+#: the daemon, a model and ``sim`` know the daemon's context note from a request.
+SUMMARY_START = "[Context summary"
 #: The first line of every rendered summary.
-HEADER = "[Context summary — built from earlier turns; reference only]"
+HEADER = SUMMARY_START + " — built from earlier turns; reference only]"
+_END = ("[End of the context summary, which covers {turns} tool-calling turns since the "
+        "latest request. It is background, not a new request: continue the task from the "
+        "latest request; every tool is still available]")
+_COVERED = re.compile(r"\[End of the context summary, which covers (\d{1,9}) tool-calling turns")
+
+
+def summary_end(turns: int) -> str:
+    """The last line of every summary: how many agent steps it covers, and what to do next.
+
+    A model reading a ``user`` message is told it is no request; ``sim``'s agents count
+    the steps it covers (:func:`covered_turns`) with the ones that follow it.
+    """
+    return _END.format(turns=turns)
+
+
+def covered_turns(text: str) -> int | None:
+    """The tool-calling turns a summary's end line says it covers; None without one."""
+    found = _COVERED.findall(text)
+    return int(found[-1]) if found else None
+
+
+def with_end(text: str, turns: int) -> str:
+    """``text`` without any end line (a model may copy its previous one), then its own."""
+    kept = [line for line in text.rstrip().split("\n") if not _COVERED.match(line)]
+    return "\n".join(kept).rstrip() + "\n\n" + summary_end(turns)
 #: The longest goal line.
 GOAL_CHARS = 400
 #: The longest line of any other section built from messages.
@@ -220,6 +252,13 @@ _decode = msgspec.json.Decoder().decode
 _WORDS = ("exit", "error", "traceback", "exception", "failed", "fatal")
 #: What ``str.splitlines`` splits on.
 _BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def _is_summary_text(part: object) -> bool:
+    # An earlier summary in the middle is merged as ``previous`` (a model's is passed to
+    # the model as its previous text), never read again as the user's words: its header
+    # became a "pending ask" and its sections a "constraint".
+    return isinstance(part, Text) and part.text.startswith(SUMMARY_START)
 
 
 def _text(parts: Iterable[object]) -> str:
@@ -396,7 +435,7 @@ def builtin_summary(middle: Sequence[Message], previous: Summary | None,
     old_asks = [line for line in (" ".join(ask.split()) for ask in previous.pending_asks)
                 if line]
     for message in middle:
-        text = _text(message.parts)
+        text = _text(part for part in message.parts if not _is_summary_text(part))
         if message.role == "user" and text.strip():
             first_user = first_user or text
             asks.append(prune_lines.clip(text, LINE_CHARS))

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
+from sessionwarden.domain.summary import SUMMARY_START, covered_turns
 
 __all__ = ["Turn", "plan_turn"]
 
@@ -52,22 +53,38 @@ class Turn(msgspec.Struct, frozen=True):
         return None if self.tool_calls else "".join(self.pieces)
 
 
+def _content_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):  # content parts
+        content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
 def _last_user_text(messages: Sequence[Any]) -> str:
+    """The newest user request's text (the daemon's context summaries are no requests)."""
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):  # content parts
-                content = " ".join(str(p.get("text", "")) for p in content
-                                   if isinstance(p, dict))
-            return content if isinstance(content, str) else ""
+            text = _content_text(message)
+            if not text.startswith(SUMMARY_START):
+                return text
     return ""
 
 
 def _tool_turns_since_user(messages: Sequence[Any]) -> tuple[int, int]:
-    """(assistant turns that called tools, tool results) after the last user message."""
+    """(assistant turns that called tools, tool results) after the newest user request.
+
+    The daemon's context summary is no request: the turns its end line says it covers
+    are counted, and the walk goes on past it (an agent counted from the summary, and
+    once compressed more often than its N turns never finished).
+    """
     calls = results = 0
     for message in reversed(messages):
-        if not isinstance(message, dict) or message.get("role") == "user":
+        if not isinstance(message, dict):
+            break
+        text = _content_text(message)
+        if text.startswith(SUMMARY_START):
+            calls += covered_turns(text) or 0
+        elif message.get("role") == "user":
             break
         if message.get("role") == "assistant" and message.get("tool_calls"):
             calls += 1

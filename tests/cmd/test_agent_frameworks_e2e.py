@@ -13,6 +13,7 @@ the upstream never says "too long"; the log verifies. The runs are the issue's: 
 """
 
 import asyncio
+import itertools
 from pathlib import Path
 
 import httpx
@@ -142,3 +143,42 @@ def test_an_agent_reading_large_files_stays_inside_its_window(
     run: str, rounds: int, tmp_path: Path, fake: FakeProviderServer
 ) -> None:
     play(run, rounds, tmp_path, fake)
+
+
+def test_a_sim_agent_ends_its_turns_though_its_history_was_compressed(tmp_path: Path,
+                                                                     fake: FakeProviderServer
+                                                                     ) -> None:
+    # sim/agent-32 calls a tool 32 times after the newest request, then answers. The
+    # summary used to be taken for that request (a user message): the count restarted at
+    # each compression and the run ended in MaxTurnsExceeded.
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+
+    set_tracing_disabled(True)
+    files = itertools.cycle(source_files(40))
+
+    def read_next_file() -> str:
+        """Read the next source file of the project (a large tool log)."""
+        return read_file(str(next(files)))
+
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, max_body_bytes=32 << 20).start()
+    try:
+        async def main() -> object:
+            model = OpenAIChatCompletionsModel(model="sim/agent-32",
+                                               openai_client=client(daemon, "sim-32"))
+            agent = Agent(name="reader", model=model, tools=[function_tool(read_next_file)])
+            return (await Runner.run(agent, "Read the sources.", max_turns=60)).final_output
+
+        answer = asyncio.run(main())
+        events = [CODEC.decode(e.type, e.data)
+                  for e in daemon.runtime.log.read_stream("session-sim-32")]
+    finally:
+        daemon.stop()
+    assert str(answer).startswith("(sim)")
+    assert sum(isinstance(e, CallAdmitted) for e in events) == 33  # 32 tool turns, 1 answer
+    assert sum(isinstance(e, ContextCompressed) for e in events) >= 2

@@ -9,7 +9,8 @@ from sessionwarden.config import CompressionConfig
 from sessionwarden.domain.boundaries import is_actionable_request, is_assistant_text
 from sessionwarden.domain.compaction import NOTE, builtin, is_summary, prepare, tokens_of
 from sessionwarden.domain.history import GovernedHistory, Item, digest
-from sessionwarden.domain.messages import Message, Text, content_hash, tool_pairs
+from sessionwarden.domain.messages import Message, Text, content_hash, tool_calls, tool_pairs
+from sessionwarden.domain.summary import SUMMARY_START, covered_turns, summary_end
 from sessionwarden.upstream.chat_completions import ChatItems
 
 from tests.domain.test_boundaries import asst, call, histories, tool, user
@@ -99,3 +100,42 @@ def test_every_compression_keeps_pairs_the_newest_request_and_text(
             # summary merged in): compression never creates one.
             for message in (left, right):
                 assert content_hash(message) in originals or is_summary(message)
+
+
+def test_the_summary_says_how_many_steps_it_covers_and_reads_no_earlier_one_as_an_ask() -> None:
+    ask = user("Fix the build; do not touch the database schema.")
+    wire: list[dict[str, Any]] = [ask]
+    for n in range(40):
+        wire += [asst(None, call(f"c{n}", "terminal", '{"cmd": "make"}')),
+                 tool(f"c{n}", f"step {n}\n" + "output line\n" * 60)]
+    history, raws = governed(wire)
+    compression = CompressionConfig(protect_first_n=1)
+    first = builtin(prepare(history, raws, CODEC, compression, 8_000), CODEC, 8_000)  # type: ignore[arg-type]
+    assert first is not None
+    [summary] = [m for m in decoded(first.history, raws) if is_summary(m)]
+    text = summary.parts[0].text  # type: ignore[union-attr]
+    steps_kept = sum(1 for m in decoded(first.history, raws) if tool_calls(m))
+    assert covered_turns(text) == 40 - steps_kept and steps_kept < 20
+    assert "not a new request" in text
+    # Forty more steps, compressed again: the earlier summary is merged, not read as the
+    # user's words, and the steps add up.
+    for n in range(40, 80):
+        wire += [asst(None, call(f"c{n}", "terminal", '{"cmd": "make"}')),
+                 tool(f"c{n}", f"step {n}\n" + "output line\n" * 60)]
+    more = [_encode(m) for m in wire[len(raws):]]
+    grown = GovernedHistory(
+        client=(*first.history.client, *(digest(r) for r in more)),
+        items=(*first.history.items, *(Item(digest(r), len(r), 700, None, len(raws) + i)
+                                       for i, r in enumerate(more))),
+        tokens=first.history.tokens + 700 * len(more), compressed=1,
+        summary=first.history.summary)
+    second = builtin(prepare(grown, [*raws, *more], CODEC, compression, 8_000),  # type: ignore[arg-type]
+                     CODEC, 8_000)
+    assert second is not None
+    out = decoded(second.history, [*raws, *more])
+    [summary] = [m for m in out if is_summary(m)]
+    text = summary.parts[0].text  # type: ignore[union-attr]
+    assert text.count(SUMMARY_START) == 1  # the earlier one is not quoted as an ask
+    steps_kept = sum(1 for m in out if tool_calls(m))
+    assert covered_turns(text) == 80 - steps_kept
+    assert text.rstrip().endswith(summary_end(80 - steps_kept))

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from sessionwarden.domain.summary import HEADER, summary_end
 from sessionwarden.upstream.chat_completions import ChatStream
 from sessionwarden.upstream.sim import SimResponse, estimate_prompt_tokens, simulate
 
@@ -193,3 +194,23 @@ def test_errors_have_openai_error_bodies(path: str, body: bytes, status: int) ->
     error = read(response)["error"]
     assert error["message"] and error["type"]
     assert ("retry-after" in response.headers) == (status == 429)
+
+
+def test_the_daemons_summary_is_no_request_and_its_turns_count() -> None:
+    turn = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c9", "type": "function", "function": {"name": "run_tests", "arguments": "{}"}}]}
+    result = {"role": "tool", "tool_call_id": "c9", "content": "ok"}
+
+    def finish(summary: dict[str, Any]) -> str:
+        answer = read(simulate("/chat/completions", json.dumps({
+            "model": "agent-3", "tools": TOOLS,
+            "messages": [USER, summary, turn, result]}).encode()))
+        return str(answer["choices"][0]["finish_reason"])
+
+    covering = HEADER + "\n\n## Goal\n- summarise\n\n" + summary_end(2)
+    # 2 turns in the summary + 1 after it = 3: done, whichever role the summary has.
+    assert finish({"role": "user", "content": covering}) == "stop"
+    assert finish({"role": "assistant", "content": covering}) == "stop"
+    assert finish({"role": "user", "content": HEADER + "\n" + summary_end(1)}) == "tool_calls"
+    # A request that quotes the mark elsewhere is still a request.
+    assert finish({"role": "user", "content": "about " + HEADER}) == "tool_calls"
