@@ -48,6 +48,7 @@ from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.watch import ClientGone, ClientWatch
 from sessionwarden.config import UnknownModel
 from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.conversation import derived_session_id
 from sessionwarden.domain.errors import KeysBenched, NoCredential
 from sessionwarden.domain.ratelimits import rate_limit_headers
 from sessionwarden.redact import default_redactor
@@ -63,10 +64,11 @@ from sessionwarden.upstream.client import (
 )
 from sessionwarden.upstream.errors import EventTooLarge, MalformedRequest
 
-__all__ = ["ERROR_BODY_TIMEOUT_S", "IMPLICIT_SESSION", "MAX_ANSWER_BYTES",
-           "MAX_ERROR_BODY_BYTES", "chat_completions"]
+__all__ = ["ERROR_BODY_TIMEOUT_S", "MAX_ANSWER_BYTES", "MAX_ERROR_BODY_BYTES",
+           "SESSION_HEADER", "chat_completions"]
 
-IMPLICIT_SESSION = "implicit"
+#: The response header that names the call's session (given, or derived).
+SESSION_HEADER = b"x-sessionwarden-session-id"
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 _CLIENT_WIRE = ChatCompletions()
 #: An error answer is read whole before anything is relayed, but never more than this:
@@ -101,7 +103,8 @@ async def chat_completions(
     except MalformedRequest as exc:
         await send_error(send, 400, str(exc), code=exc.code or None)
         return
-    session_id = headers.get("x-session-id", IMPLICIT_SESSION)
+    # Without the header, the session is the conversation's own (domain.conversation).
+    session_id = headers.get("x-session-id") or derived_session_id(payload)
     if not _SESSION_ID.fullmatch(session_id):
         await send_error(
             send, 400, "X-Session-Id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -"
@@ -171,7 +174,7 @@ async def chat_completions(
     except (NoCredential, ActorUnavailable) as exc:
         await complete(rt, call, call.outcome("no_credential", error=str(exc)))
         await send_error(send, 503, str(exc), kind="server_error", code="no_credential",
-                         headers=[_call_header(call)])
+                         headers=[_call_header(call), _session_header(call)])
         return
     assert call.lease is not None
     upstream_body = adapter.upstream_body(sent.fields_bytes, sent.items)
@@ -188,6 +191,10 @@ def _call_header(call: ProxiedCall) -> tuple[bytes, bytes]:
     return (b"x-sessionwarden-call-id", call.call_id.encode())
 
 
+def _session_header(call: ProxiedCall) -> tuple[bytes, bytes]:
+    return (SESSION_HEADER, call.session_id.encode())
+
+
 async def _benched(send: ASGISend, exc: KeysBenched, call: ProxiedCall) -> None:
     """Every key benched, or the breaker open: 429 with a truthful Retry-After (503 if none).
 
@@ -195,11 +202,11 @@ async def _benched(send: ASGISend, exc: KeysBenched, call: ProxiedCall) -> None:
     """
     if exc.retry_after is None:
         await send_error(send, 503, str(exc), kind="server_error", code="no_usable_key",
-                         headers=[_call_header(call)])
+                         headers=[_call_header(call), _session_header(call)])
         return
     await send_error(send, 429, str(exc), kind="rate_limit_error", code="keys_benched",
                      headers=[(b"retry-after", str(exc.retry_after).encode()),
-                              _call_header(call)])
+                              _call_header(call), _session_header(call)])
 
 
 async def _forward(
@@ -484,6 +491,7 @@ async def _start(
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
     headers.append((b"x-sessionwarden-call-id", call.call_id.encode()))
+    headers.append(_session_header(call))
     if status >= 400 and call.error_class:
         headers.append((b"x-sessionwarden-error-class", call.error_class.encode()))
     # The credit notices up for the call's key as the headers leave: a plain answer's

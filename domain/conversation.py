@@ -9,12 +9,16 @@ is not decoded again. The upstream body is the fields and the governed items put
 together by concatenation (``domain.transcript.assemble_body``), never re-encoded.
 """
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from sessionwarden.domain.messages import Message
 
-__all__ = ["Conversation", "ItemCodec"]
+__all__ = ["DERIVED_PREFIX", "Conversation", "ItemCodec", "derived_session_id"]
+
+#: How the id of a session derived from its conversation starts.
+DERIVED_PREFIX = "auto-"
 
 
 class ItemCodec(Protocol):
@@ -64,3 +68,23 @@ class Conversation:
 
     def __repr__(self) -> str:
         return f"Conversation({len(self.items)} items)"
+
+
+def derived_session_id(conversation: Conversation) -> str:
+    """The session of a call that names none: a digest of how its conversation began.
+
+    The leading system items and the first item after them (the task an agent was given)
+    are the same bytes at every call of one agent's run, and differ between two agents
+    (their prompts or their tasks), so two agents without ``X-Session-Id`` never share a
+    governed history (one shared ``implicit`` session reset it at every call). Two runs
+    of the very same prompt and task do share one: they need ``X-Session-Id``.
+    """
+    items = conversation.items
+    leading = 0
+    while leading < len(items) and conversation.codec.is_system(items[leading]):
+        leading += 1
+    digest = hashlib.sha256()
+    for raw in items[:leading + 1]:
+        digest.update(len(raw).to_bytes(8, "big"))  # framed: no two splits hash alike
+        digest.update(raw)
+    return DERIVED_PREFIX + digest.hexdigest()[:20]

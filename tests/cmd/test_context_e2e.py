@@ -399,3 +399,30 @@ def test_a_written_result_limit_is_used_as_written_even_when_it_is_the_default(
         assert spills(daemon, "written") == []
     finally:
         daemon.stop()
+
+
+def test_two_agents_without_a_session_header_never_share_a_governed_history(
+    daemon: InProcessDaemon, fake: FakeProviderServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One shared "implicit" session made every call of two such agents a history reset.
+    histories = {name: [{"role": "system", "content": "You are a coding agent."},
+                        {"role": "user", "content": f"Task of agent {name}."}]
+                 for name in ("a", "b")}
+    seen: dict[str, set[str]] = {"a": set(), "b": set()}
+    with daemon.openai() as client:  # no X-Session-Id
+        for n in range(4):
+            for name, messages in histories.items():
+                messages.extend(turn([(f"call_{name}{n}", "terminal", lines(20))]))
+                raw = client.chat.completions.with_raw_response.create(
+                    model=MODEL, messages=messages)  # type: ignore[arg-type]
+                seen[name].add(raw.headers["x-sessionwarden-session-id"])
+    (a,), (b,) = seen["a"], seen["b"]
+    assert a != b and a.startswith("auto-") and b.startswith("auto-")
+    for session in (a, b):
+        types = daemon.types(f"session-{session}")
+        assert types.count("session.call_admitted.v3") == 4
+        assert not any(t.startswith("context.history_reset") for t in types)
+    capsys.readouterr()
+    assert main(["status", "--json", "--db", str(daemon.db)]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert {a, b} <= {s["session_id"] for s in status["sessions"]}

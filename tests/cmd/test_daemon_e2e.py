@@ -342,17 +342,19 @@ def test_sigterm_exits_zero_and_restart_keeps_ledger(
                                                      stream=True):
             pass
     with first.http() as http:
-        assert http.post("/v1/chat/completions",
-                         json=chat_body(fake={"status": 500})).status_code == 500
+        failed = http.post("/v1/chat/completions", json=chat_body(fake={"status": 500}))
+    assert failed.status_code == 500
+    derived = failed.headers["x-sessionwarden-session-id"]  # no X-Session-Id: derived
+    assert derived.startswith("auto-")
     before = first.ledger()
     assert len(before) == 5
     # The CLI reads while the daemon runs (read-only, never blocking it).
     usage_running = json.loads(first.cli("usage", "--json").stdout)
     requests = [(r["session"], r["requests"]) for r in usage_running]
-    assert requests == [("restart", 4), ("implicit", 1)]
+    assert requests == [("restart", 4), (derived, 1)]
     assert all(r["cost"] is None and r["cost_status"] == "unknown" for r in usage_running)
     status = json.loads(first.cli("status", "--json").stdout)
-    assert {s["session_id"] for s in status["sessions"]} == {"restart", "implicit"}
+    assert {s["session_id"] for s in status["sessions"]} == {"restart", derived}
 
     started = time.monotonic()
     assert first.stop(timeout=10) == 0
