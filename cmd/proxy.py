@@ -104,7 +104,8 @@ async def chat_completions(
         await send_error(send, 400, str(exc), code=exc.code or None)
         return
     # Without the header, the session is the conversation's own (domain.conversation).
-    session_id = headers.get("x-session-id") or derived_session_id(payload)
+    given = headers.get("x-session-id")  # an empty one is refused below, not derived
+    session_id = derived_session_id(payload) if given is None else given
     if not _SESSION_ID.fullmatch(session_id):
         await send_error(
             send, 400, "X-Session-Id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -"
