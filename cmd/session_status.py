@@ -9,9 +9,9 @@ calls apart, the total including them). It adds the rate-limit line: the last re
 buckets (``view_ratelimits``) of the key that served the session's latest call.
 :func:`status_json` is the one JSON form, printed by ``status --session ID --json`` and
 answered by ``GET /v1/sessions/{id}``; :func:`status_text` the block a person reads
-(costs rounded and marked ``~``; the JSON amounts are exact strings). The threshold is
-the configured one *now*: a config changed since the session's calls shows the new
-trigger.
+(costs rounded and marked ``~``; the JSON amounts are exact strings). The threshold and
+the window are the ones the session's latest call was governed under, as its CallAdmitted
+recorded them; only a log older than that record shows the configured ones *now*.
 
 Then the budget (``cmd/budget_status.read_budget``: the session's cap and its subtree's
 spend as the log has it; the control API replaces it with the UsageLedgerActor's live
@@ -30,7 +30,7 @@ from sessionwarden.cmd.credit_status import active_notices, notice_line
 from sessionwarden.cmd.terminal import printable
 from sessionwarden.config import Config, ModelConfig
 from sessionwarden.domain.budgets import display_usd
-from sessionwarden.domain.compression import trigger_tokens
+from sessionwarden.domain.compression import DEFAULT_CONTEXT_LENGTH, trigger_tokens
 from sessionwarden.domain.context_status import ContextStatus, fold_context, with_threshold
 from sessionwarden.domain.ratelimits import RateLimitBucket
 from sessionwarden.domain.session import session_stream
@@ -83,8 +83,9 @@ def read_status(log: EventLog, config: Config, session_id: str,
     if not events:
         return None
     context = fold_context(session_id, events)
-    threshold = trigger_tokens(model_entry(config, context.provider, context.model),
-                               config.compression)
+    entry = model_entry(config, context.provider, context.model)
+    threshold = trigger_tokens(entry, config.compression)
+    window = (entry.context_length if entry else None) or DEFAULT_CONTEXT_LENGTH
     usage = fold_usage(event for event, _ in events)
     notices: tuple[dict[str, Any], ...] = ()
     if usage.last_credential:
@@ -93,7 +94,8 @@ def read_status(log: EventLog, config: Config, session_id: str,
                                       usage.last_provider)
             if n["credential"] == usage.last_credential)
     return SessionStatus(
-        context=with_threshold(context, threshold, enabled=config.compression.enabled),
+        context=with_threshold(context, threshold, enabled=config.compression.enabled,
+                               window_tokens=window),
         usage=usage,
         rate_limits=_read_rate_limits(log, usage.last_provider, usage.last_credential),
         budget=read_budget(log, config, session_id), notices=notices)
@@ -284,6 +286,10 @@ def status_text(full: SessionStatus, now: datetime) -> str:
     ]
     threshold = "-" if status.threshold_tokens is None else _n(status.threshold_tokens)
     off = "" if status.compression_enabled else "; compression disabled"
+    if status.window_tokens:
+        off += f"; window {_n(status.window_tokens)}"
+    if not status.limits_recorded:
+        off += " (as configured now)"
     if status.context is None:
         lines.append(f"context: no call yet / threshold {threshold} tokens{off}")
     else:

@@ -23,8 +23,9 @@ from datetime import datetime
 from typing import NamedTuple, Protocol
 
 from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.history import ContextUpdate
 from sessionwarden.domain.session import SessionState
-from sessionwarden.events import CallAdmitted, CallRefused, Event, SessionStarted
+from sessionwarden.events import CallAdmitted, CallRefused, ContextLimits, Event, SessionStarted
 
 __all__ = [
     "Admitted",
@@ -186,6 +187,14 @@ class Pipeline:
                        outcome.kind, request, events + outcome.events, outcome.retry_after_s)
 
 
+def _changed_limits(state: SessionState, context: object) -> ContextLimits | None:
+    """The limits the context stage governed under, if this state has not recorded them."""
+    if not isinstance(context, ContextUpdate) or not context.window:
+        return None
+    limits = ContextLimits(context.threshold, context.window, context.compression)
+    return None if limits == state.limits else limits
+
+
 def verdict_events(state: SessionState, verdict: Admitted | Refused) -> list[Event]:
     """The events that record ``verdict``, in order.
 
@@ -205,6 +214,7 @@ def verdict_events(state: SessionState, verdict: Admitted | Refused) -> list[Eve
             message_count=request.shape.message_count,
             estimated_tokens=request.estimated_tokens, stream=request.shape.stream,
             purpose=request.purpose, parent_call=request.parent_call, request=request.record,
+            limits=_changed_limits(state, request.context),
         ))
     else:
         events.append(CallRefused(call_id=request.call_id, stage=verdict.stage,

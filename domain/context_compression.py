@@ -90,7 +90,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
     cal = state.calibration.get(request.model)
     figure = token_figure(cal or Calibration(), fixed + history.tokens)
     requested = state.compaction
-    update = ContextUpdate(history, guard, threshold, health)
+    update = ContextUpdate(history, guard, threshold, health, window, compression.enabled)
 
     def unchanged(extra: list[Event]) -> StageResult:
         """Forward ``history`` as it is, if it fits the window."""
@@ -128,8 +128,8 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
             summary=(content_key(compaction.summary_raw), len(compaction.summary_raw)))
         if tokens_after > fit.room:
             return fit.refuse(tokens_after, [*events, *extra], compressed=True)
-        return done(compaction.history, 0, [*events, *extra, event], ContextUpdate(
-            compaction.history, record_compression(guard), threshold, health))
+        return done(compaction.history, 0, [*events, *extra, event], update._replace(
+            history=compaction.history, guard=record_compression(guard), health=health))
 
     if compression.summariser != "model" or not state.started:
         return compressed(builtin(prepared, codec, threshold), [], health)

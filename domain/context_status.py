@@ -14,9 +14,11 @@ recorded, and answers what ``sessionwarden status --session`` and the control AP
   truncation), history resets, summariser failures (the last one's cooldown end), and a
   compaction requested through the control API that no compression has served yet.
 
-The threshold is not in the events: it follows from the configuration of the session's
-model (``sessionwarden.domain.compression.trigger_tokens``), which the caller resolves
-and sets with :func:`with_threshold`. Pure: time comes in with the events.
+The threshold and the window come from the events too: CallAdmitted records the limits
+a call was governed under whenever they change (``ContextLimits``), so ``status`` needs
+no configuration to say what applied. Only a log written before they were recorded
+falls back to the configuration's (:func:`with_threshold`, resolved by the caller). Pure:
+time comes in with the events.
 """
 
 from collections.abc import Iterable
@@ -31,6 +33,7 @@ from sessionwarden.events import (
     CompactionRequested,
     CompactionSkipped,
     ContextCompressed,
+    ContextLimits,
     Event,
     HistoryReset,
     SessionStarted,
@@ -102,7 +105,9 @@ class ContextStatus(msgspec.Struct, frozen=True, kw_only=True):
     """One session's context, as :func:`fold_context` folds it (see the module docstring).
 
     ``provider`` and ``model`` are the latest call's (``model`` as sent upstream).
-    ``threshold_tokens`` is None until :func:`with_threshold` sets it.
+    ``threshold_tokens``, ``window_tokens`` and ``compression_enabled`` are the limits the
+    latest call was governed under (``limits_recorded``), else None until
+    :func:`with_threshold` sets them from the configuration.
     """
 
     session_id: str
@@ -115,7 +120,9 @@ class ContextStatus(msgspec.Struct, frozen=True, kw_only=True):
     refused: int = 0
     context: ContextFigure | None = None
     threshold_tokens: int | None = None
+    window_tokens: int | None = None
     compression_enabled: bool = True
+    limits_recorded: bool = False
     compressions: int = 0
     last_compression: LastCompression | None = None
     spills: int = 0
@@ -127,11 +134,13 @@ class ContextStatus(msgspec.Struct, frozen=True, kw_only=True):
     pending_compaction: PendingCompaction | None = None
 
 
-def with_threshold(status: ContextStatus, threshold_tokens: int, *,
-                   enabled: bool = True) -> ContextStatus:
-    """``status`` with its model's trigger (``trigger_tokens``) and ``[compression].enabled``."""
+def with_threshold(status: ContextStatus, threshold_tokens: int, *, enabled: bool = True,
+                   window_tokens: int | None = None) -> ContextStatus:
+    """``status`` with the configuration's limits, unless the log recorded the call's own."""
+    if status.limits_recorded:
+        return status
     return msgspec.structs.replace(status, threshold_tokens=threshold_tokens,
-                                   compression_enabled=enabled)
+                                   compression_enabled=enabled, window_tokens=window_tokens)
 
 
 def _compression(event: ContextCompressed, at: datetime) -> LastCompression:
@@ -171,6 +180,7 @@ class _Fold:
         self.compression: LastCompression | None = None
         self.failure: LastFailure | None = None
         self.pending: PendingCompaction | None = None
+        self.limits: ContextLimits | None = None
 
     def add(self, event: Event, at: datetime) -> None:
         self.started = self.started or at
@@ -186,6 +196,7 @@ class _Fold:
             self.latest_call = event.call_id
             self.provider, self.model = event.provider, event.model
             self.context = ContextFigure(event.estimated_tokens, "estimated", event.call_id)
+            self.limits = event.limits or self.limits
         elif isinstance(event, CallCompleted):
             if event.call_id == self.latest_call and event.source == "provider":
                 prompt = event.input_tokens + event.cache_read_tokens + event.cache_write_tokens
@@ -221,4 +232,8 @@ class _Fold:
             spills=self.spills, spilled_bytes=self.spilled_bytes,
             spills_truncated=self.truncated, history_resets=self.resets,
             summariser_failures=self.failures, last_failure=self.failure,
-            pending_compaction=self.pending)
+            pending_compaction=self.pending,
+            threshold_tokens=self.limits.threshold if self.limits else None,
+            window_tokens=self.limits.window if self.limits else None,
+            compression_enabled=self.limits.compression if self.limits else True,
+            limits_recorded=self.limits is not None)

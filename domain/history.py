@@ -130,3 +130,6 @@ class ContextUpdate(NamedTuple):
     guard: CompressionGuard
     threshold: int
     health: SummariserHealth = SummariserHealth()
+    #: The model's window and whether compression was on (recorded with the threshold).
+    window: int = 0
+    compression: bool = True

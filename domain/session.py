@@ -19,6 +19,7 @@ from sessionwarden.events import (
     CompactionRequested,
     CompactionSkipped,
     ContextCompressed,
+    ContextLimits,
     Event,
     SessionStarted,
 )
@@ -60,10 +61,12 @@ class SessionState:
         context: the governed history, guard and trigger (memory only: None until the
             first admission of this instance; ``domain.history.ContextUpdate``).
         calibration: per upstream model, our estimate's correction by its last reading.
+        limits: the context limits last recorded (CallAdmitted's ``limits``) by this
+            instance; None until one is (a session loaded afresh records them again).
     """
 
-    __slots__ = ("calibration", "calls", "compaction", "context", "open", "refused",
-                 "session_id", "started")
+    __slots__ = ("calibration", "calls", "compaction", "context", "limits", "open",
+                 "refused", "session_id", "started")
 
     def __init__(self, session_id: str, *, started: bool = False, calls: int = 0,
                  refused: int = 0, open_calls: dict[str, OpenCall] | None = None) -> None:
@@ -76,6 +79,7 @@ class SessionState:
         self.compaction: str | None = None
         self.context: ContextUpdate | None = None
         self.calibration: dict[str, Calibration] = {}
+        self.limits: ContextLimits | None = None
 
     def fold(self, event: Event) -> None:
         """Apply one of the session's events."""
@@ -83,6 +87,8 @@ class SessionState:
             self.calls += 1
             self.open[event.call_id] = OpenCall(event.provider, event.model,
                                                 event.estimated_tokens, event.purpose)
+            if event.limits is not None:
+                self.limits = event.limits
         elif isinstance(event, CallCompleted):
             call = self.open.pop(event.call_id, None)
             if call is not None and not call.purpose:

@@ -29,6 +29,7 @@ __all__ = [
     "CompactionSkipped",
     "ContentRef",
     "ContextCompressed",
+    "ContextLimits",
     "HistoryReset",
     "RequestRecord",
     "SummariserFailed",
@@ -63,6 +64,21 @@ class RequestRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     appended: tuple[ContentRef, ...] = ()
     stored: bool = True
     withheld: tuple[str, ...] = ()
+
+
+class ContextLimits(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The limits a call was governed under (a field of CallAdmitted).
+
+    ``threshold``: the prompt tokens at which the session is compressed; ``window``: the
+    model's context window in tokens; ``compression``: whether compression was on. Recorded
+    when they differ from the session's last recorded ones (its first call, a model or a
+    configuration change, the first call after a restart), so ``status`` says what applied
+    without reading the configuration, and a call's record stays small.
+    """
+
+    threshold: int
+    window: int
+    compression: bool = True
 
 
 class ToolResultSpilled(Event, frozen=True):

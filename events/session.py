@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import msgspec
 from sessionwarden.events.base import Event
 from sessionwarden.events.codec import Upcaster
-from sessionwarden.events.context import RequestRecord
+from sessionwarden.events.context import ContextLimits, RequestRecord
 
 __all__ = [
     "OUTCOMES",
@@ -54,6 +54,7 @@ SESSION_UPCASTERS = (
     Upcaster("session.started.v2", "session.started.v3", _drop_session_id),
     Upcaster("session.call_admitted.v1", "session.call_admitted.v2", _drop_session_id),
     Upcaster("session.call_admitted.v2", "session.call_admitted.v3", dict),
+    Upcaster("session.call_admitted.v3", "session.call_admitted.v4", dict),
     Upcaster("session.call_completed.v1", "session.call_completed.v2", dict),
     Upcaster("session.call_completed.v2", "session.call_completed.v3", dict),
 )
@@ -67,10 +68,12 @@ class CallAdmitted(Event, frozen=True):
     daemon made itself (the model summariser) for the call ``parent_call``: metered in the
     ledger like any call, but not governed. Version 2 dropped ``session_id`` (the stream
     names it) and the in-payload tag; version 3 added ``purpose``, ``parent_call`` and
-    ``request``: what was sent upstream, by content keys (``events.context``).
+    ``request``: what was sent upstream, by content keys (``events.context``); version 4
+    added ``limits``: the threshold and window the call was governed under, when they
+    changed (``events.context.ContextLimits``).
     """
 
-    TAG: ClassVar[str] = "session.call_admitted.v3"
+    TAG: ClassVar[str] = "session.call_admitted.v4"
 
     call_id: str
     provider: str
@@ -81,6 +84,7 @@ class CallAdmitted(Event, frozen=True):
     purpose: str = ""
     parent_call: str = ""
     request: RequestRecord | None = None
+    limits: ContextLimits | None = None
 
 
 class CallRefused(Event, frozen=True):

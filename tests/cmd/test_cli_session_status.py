@@ -119,8 +119,10 @@ def test_status_session_text_escapes_what_it_read(
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[:2] == ["session: work", "model: openai/gpt-4o"]
-    # No config: gpt-4o has no [[models]] entry, so the default window's trigger.
-    assert "context: 21,000 / 64,000 tokens (32.8 %, estimated)" in lines
+    # No limits recorded (a log from before they were) and no config: gpt-4o has no
+    # [[models]] entry, so the default window's trigger, said to be the configuration's.
+    assert ("context: 21,000 / 64,000 tokens (32.8 %, estimated); window 128,000 "
+            "(as configured now)") in lines
     assert lines[lines.index("compressions: 1") + 1] == (
         "  last 2026-12-01 09:01:00: threshold, builtin-fallback, 80,000 -> 20,000 tokens "
         "(saved 60,000, 75.0 %), 40 messages summarised")

@@ -21,6 +21,7 @@ from sessionwarden.events import (
     CallAdmitted,
     CompactionSkipped,
     ContextCompressed,
+    ContextLimits,
     HistoryReset,
     ToolResultSpilled,
 )
@@ -420,9 +421,40 @@ def test_two_agents_without_a_session_header_never_share_a_governed_history(
     assert a != b and a.startswith("auto-") and b.startswith("auto-")
     for session in (a, b):
         types = daemon.types(f"session-{session}")
-        assert types.count("session.call_admitted.v3") == 4
+        assert types.count("session.call_admitted.v4") == 4
         assert not any(t.startswith("context.history_reset") for t in types)
     capsys.readouterr()
     assert main(["status", "--json", "--db", str(daemon.db)]) == 0
     status = json.loads(capsys.readouterr().out)
     assert {a, b} <= {s["session_id"] for s in status["sessions"]}
+
+
+def test_status_says_the_limits_a_call_was_governed_under_without_the_config(
+    tmp_path: Path, fake: FakeProviderServer, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 16,000-token window with 1,000 reserved: the trigger is 85 % of 15,000. Read
+    # without the config, status said 64,000 (the default model's).
+    extra = ('[[models]]\nname = "small"\nprovider = "fake"\ncontext_length = 16000\n'
+             'max_output_tokens = 1000\n')
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=extra).start()
+    try:
+        with daemon.openai(session="small") as client:
+            for _ in range(2):
+                client.chat.completions.create(model="small", messages=history())  # type: ignore[arg-type]
+        admitted = [CODEC.decode(e.type, e.data)
+                    for e in daemon.runtime.log.read_stream("session-small")
+                    if e.type.startswith("session.call_admitted")]
+    finally:
+        daemon.stop()
+    # Recorded once: the second call was governed under the same limits.
+    assert [a.limits for a in admitted] == [  # type: ignore[attr-defined]
+        ContextLimits(threshold=12_750, window=16_000), None]
+    monkeypatch.delenv("SESSIONWARDEN_CONFIG", raising=False)
+    capsys.readouterr()
+    assert main(["status", "--db", str(daemon.db), "--session", "small"]) == 0
+    out = capsys.readouterr().out
+    assert "/ 12,750 tokens" in out and "window 16,000" in out and "configured" not in out
+    assert main(["status", "--db", str(daemon.db), "--session", "small", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["threshold_tokens"], data["window_tokens"]) == (12_750, 16_000)

@@ -27,6 +27,7 @@ from sessionwarden.events import (
     CompactionRequested,
     CompactionSkipped,
     ContextCompressed,
+    ContextLimits,
     CredentialAdded,
     CredentialRemoved,
     CreditNoticeCleared,
@@ -79,6 +80,15 @@ EXPECTED: dict[str, Event] = {
             fields=("0f" * 16, 61), items_key="input", system=(("1a" * 16, 120),),
             base="c3vd2xk7m4qa5bdf", kept=40, appended=(("2b" * 16, 310), ("3c" * 16, 1502)),
             stored=False, withheld=("3c" * 16,)),
+    ),
+    "session.call_admitted.v4": CallAdmitted(
+        call_id="c3vd2xk7m4qa5bdj", provider="openai", model="gpt-4.1-mini",
+        message_count=3, estimated_tokens=4100, stream=True, purpose="summary",
+        parent_call="c3vd2xk7m4qa5bdg", request=RequestRecord(
+            fields=("0f" * 16, 61), items_key="input", system=(("1a" * 16, 120),),
+            base="c3vd2xk7m4qa5bdf", kept=40, appended=(("2b" * 16, 310), ("3c" * 16, 1502)),
+            stored=False, withheld=("3c" * 16,)),
+        limits=ContextLimits(threshold=12_750, window=32_000, compression=False),
     ),
     "session.call_refused.v1": CallRefused(
         call_id="c3vd2xk7m4qa5bdf", stage="validation", status=400,
@@ -212,6 +222,15 @@ RETIRED_PAYLOADS: dict[str, bytes] = {
     "session.call_admitted.v2": (
         b'{"call_id":"c3vd2xk7m4qa5bde","provider":"openai","model":"gpt-4.1",'
         b'"message_count":40,"estimated_tokens":51234,"stream":true}'
+    ),
+    "session.call_admitted.v3": (
+        b'{"call_id":"c3vd2xk7m4qa5bdh","provider":"openai","model":"gpt-4.1-mini","messag'
+        b'e_count":3,"estimated_tokens":4100,"stream":true,"purpose":"summary","parent_cal'
+        b'l":"c3vd2xk7m4qa5bdg","request":{"fields":["0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f",61'
+        b'],"items_key":"input","system":[["1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a",120]],"base"'
+        b':"c3vd2xk7m4qa5bdf","kept":40,"appended":[["2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b",31'
+        b'0],["3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c",1502]],"stored":false,"withheld":["3c3c3c'
+        b'3c3c3c3c3c3c3c3c3c3c3c3c3c"]}}'
     ),
     "session.call_completed.v1": (
         b'{"call_id":"c3vd2xk7m4qa5bde","outcome":"truncated","status":429,"latency_ms":81'
@@ -385,7 +404,8 @@ if __name__ == "__main__":
 
 def test_tags_of_names_every_stored_tag_that_decodes_to_a_class() -> None:
     assert CODEC.tags_of(CallAdmitted) == {
-        "session.call_admitted.v1", "session.call_admitted.v2", "session.call_admitted.v3"}
+            "session.call_admitted.v1", "session.call_admitted.v2", "session.call_admitted.v3",
+        "session.call_admitted.v4"}
     assert CODEC.tags_of(CallCompleted) == {
         "session.call_completed.v1", "session.call_completed.v2",
         "session.call_completed.v3"}
