@@ -343,8 +343,17 @@ def _refusal(code: str, scope: Scope, cap: Decimal, tally: Tally, needed: Decima
                    f"the {scope.describe()} (${cap}); retrying cannot help: lower max_tokens "
                    "or the input (amounts rounded for display)")
     else:
-        message = (f"the {scope.describe()} (${cap}) is used up: {held}; this request may "
-                   f"cost up to {display_usd(needed or _ZERO)} (amounts rounded for display)")
+        left = cap - tally.spent - tally.reserved
+        worst = display_usd(needed or _ZERO)
+        if left > 0:
+            # Not "used up": status shows money left, which this call's worst case exceeds.
+            message = (f"this request may cost up to {worst}, more than is left of the "
+                       f"{scope.describe()}: {display_usd(left)} of ${cap} ({held}); lower "
+                       "max_tokens or the input, or wait for calls in flight to settle "
+                       "(amounts rounded for display)")
+        else:
+            message = (f"the {scope.describe()} (${cap}) is used up: {held}; this request "
+                       f"may cost up to {worst} (amounts rounded for display)")
     retry = (_seconds_to_midnight(now) if code == CODE_CAP_EXHAUSTED
              and scope.kind != "session" else None)
     return Refusal(code=code, message=message, scope=scope, cap=cap, spent=tally.spent,

@@ -163,7 +163,9 @@ def test_a_used_up_daily_cap_says_when_to_retry(tmp_path: Path,
     assert caught.value.status_code == 402
     error = caught.value.body
     assert isinstance(error, dict) and error["code"] == "cap_exhausted"
-    assert f"daily cap for {now.date().isoformat()} (UTC) ($0.05) is used up" in error["message"]
+    # $0.01 is left, less than the call's worst case: said so, with the cap (not "used up").
+    assert (f"more than is left of the daily cap for {now.date().isoformat()} (UTC): ~$0.01 "
+            "of $0.05 (spent ~$0.04") in error["message"]
     midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
     retry = int(caught.value.response.headers["retry-after"])
     assert abs(retry - (midnight - now).total_seconds()) < 10

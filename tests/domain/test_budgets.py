@@ -141,9 +141,15 @@ def test_a_used_up_session_cap_has_no_retry_after() -> None:
     no = refused(reserve(spend, caps, call("b", "0.4"), NOW))
     assert no.code == CODE_CAP_EXHAUSTED and no.retry_after_s is None
     assert (no.spent, no.reserved, no.needed) == (D("0.7"), 0, D("0.4"))
-    assert "is used up: spent ~$0.70" in no.message
+    # $0.30 is left: the message says the worst case does not fit it, not "used up".
+    assert ("may cost up to ~$0.40, more than is left of the session cap of session s1: "
+            "~$0.30 of $1 (spent ~$0.70, reserved $0.00") in no.message
+    assert "used up" not in no.message
     # What is left still fits a smaller call.
-    ok(reserve(spend, caps, call("c", "0.3"), NOW))
+    last = ok(reserve(spend, caps, call("c", "0.3"), NOW))
+    gone = refused(reserve(settle(last.spend, last.reservation, D("0.3")), caps,
+                           call("d", "0.1"), NOW))
+    assert "($1) is used up: spent ~$1.00" in gone.message
 
 
 def test_a_used_up_daily_cap_retries_after_utc_midnight() -> None:
