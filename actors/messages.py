@@ -31,6 +31,7 @@ __all__ = [
     "Leased",
     "LeasesInFlight",
     "NeedsWork",
+    "RecordRefusal",
     "Release",
     "ReleaseBudget",
     "RequestCompaction",
@@ -54,6 +55,20 @@ class Admit(msgspec.Struct, frozen=True):
     """Ask the session's actor to admit a call (runs the admission pipeline)."""
 
     request: CallRequest
+
+
+class RecordRefusal(msgspec.Struct, frozen=True):
+    """Record a call the proxy refused before admission could run (no route for its model).
+
+    The session's actor records it as a ``CallRefused`` of stage ``stage`` (its session
+    started if new), so every refused call has its trace in the log, and replies None.
+    """
+
+    request: CallRequest
+    stage: str
+    status: int
+    message: str
+    code: str = ""
 
 
 class Resume(msgspec.Struct, frozen=True):

@@ -34,6 +34,7 @@ from sessionwarden.actors.messages import (
     Admit,
     Complete,
     NeedsWork,
+    RecordRefusal,
     RequestCompaction,
     Reroute,
     Resend,
@@ -47,6 +48,7 @@ from sessionwarden.domain.admission import (
     Pending,
     Pipeline,
     Proceed,
+    Refused,
     Stage,
     Verdict,
     verdict_events,
@@ -136,7 +138,10 @@ class SessionActor(GovernedActor):
         self.passivated = 0
 
     def handle(self, message: object, reply: Reply) -> object:
-        """Dispatch Admit, Resume, Abandon, Complete, RequestCompaction, the writer's reports."""
+        """Dispatch Admit, Resume, Abandon, Complete, RequestCompaction, RecordRefusal, ...
+
+        ... Resend, Reroute and the writer's reports.
+        """
         if isinstance(message, Admit):
             state = self._get(message.request.session_id)
             verdict = self._pipeline.run(state, message.request, self._clock.now())
@@ -152,6 +157,11 @@ class SessionActor(GovernedActor):
             return self._conclude(state, verdict, reply)
         if isinstance(message, RequestCompaction):
             return self._request_compaction(message, reply)
+        if isinstance(message, RecordRefusal):
+            state = self._get(message.request.session_id)
+            return self._conclude(state, Refused(
+                message.stage, message.status, message.message, message.code,
+                "invalid_request_error", message.request, ()), reply)
         if isinstance(message, Resend):
             return self._resend_call(message, reply)
         if isinstance(message, Reroute):

@@ -32,12 +32,15 @@ from collections.abc import AsyncIterator
 import aiohttp
 import msgspec
 from loguru import logger
+from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import AdmissionRefused
+from sessionwarden.actors.messages import AdmissionRefused, RecordRefusal
+from sessionwarden.cmd.access import note_call
 from sessionwarden.cmd.calls import (
     ProxiedCall,
     admit,
     complete,
+    new_call_id,
     request_lease,
     return_lease,
     take_lease,
@@ -47,8 +50,8 @@ from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.watch import ClientGone, ClientWatch
 from sessionwarden.config import UnknownModel
-from sessionwarden.domain.calls import CallRequest
-from sessionwarden.domain.conversation import derived_session_id
+from sessionwarden.domain.calls import CallRequest, RequestShape
+from sessionwarden.domain.conversation import Conversation, derived_session_id
 from sessionwarden.domain.errors import KeysBenched, NoCredential
 from sessionwarden.domain.ratelimits import rate_limit_headers
 from sessionwarden.redact import default_redactor
@@ -89,6 +92,32 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+async def _record_unrouted(rt: Runtime, session_id: str, shape: RequestShape,
+                           payload: Conversation, headers: dict[str, str], why: str) -> str:
+    """Record a call refused for want of a route (a ``CallRefused``); its id, "" if not.
+
+    Nothing was sent, but the refusal belongs in the log like any other: a user looking
+    for the call finds it, with the reason, instead of a line on the daemon's stderr.
+    """
+    # What a client named may be anything, a pasted key included: never stored as is.
+    named, why = default_redactor.redact(shape.model), default_redactor.redact(why)
+    provider, _, model = named.partition("/")  # as find_model splits it
+    if not model:
+        provider, model = "", named
+    call_id = new_call_id()
+    note_call(call_id, session_id, provider, model)
+    request = CallRequest(call_id=call_id, session_id=session_id, provider=provider[:100],
+                          model=model[:200], api_mode="chat_completions", shape=shape,
+                          body=payload, client=headers.get("user-agent", "")[:200])
+    try:
+        await ask(rt.session_ref(session_id), RecordRefusal(request, "routing", 404, why,
+                                                              "model_not_found"))
+    except (ActorUnavailable, StoreError) as exc:
+        logger.warning("call {}: refusal not recorded: {}", call_id, exc)
+        return ""
+    return call_id
+
+
 async def chat_completions(
     rt: Runtime, headers: dict[str, str], body: bytes, receive: ASGIReceive, send: ASGISend
 ) -> None:
@@ -120,7 +149,10 @@ async def chat_completions(
     try:
         provider, upstream_model = rt.route(shape.model)
     except UnknownModel as exc:
-        await send_error(send, 404, str(exc), code="model_not_found")
+        call_id = await _record_unrouted(rt, session_id, shape, payload, headers, str(exc))
+        await send_error(send, 404, str(exc), code="model_not_found",
+                         headers=[(b"x-sessionwarden-call-id", call_id.encode()),
+                                  (SESSION_HEADER, session_id.encode())] if call_id else ())
         return
     adapter = adapter_for(provider.api_mode)
     if adapter is None:

@@ -40,11 +40,17 @@ class UnknownModel(ConfigError):
         model: the name that could not be resolved.
     """
 
-    def __init__(self, model: str, known: tuple[str, ...] = ()) -> None:
-        """Create the error for ``model``; ``known`` lists configured names as a hint."""
+    def __init__(self, model: str, known: tuple[str, ...] = (), missing: str = "") -> None:
+        """Create the error for ``model``; ``known`` lists configured names as a hint.
+
+        ``missing``: the sentence that says what to do when the name's provider is a
+        well-known one that is not configured (which key variable to set).
+        """
         hint = f" (configured: {', '.join(known)})" if known else ""
         shown = model if len(model) <= 200 else model[:200] + "…"
-        super().__init__(
-            f"unknown model {shown!r}: use '<provider>/<model>' or a name under [[models]]{hint}"
-        )
+        if missing:
+            super().__init__(f"unknown model {shown!r}: {missing}{hint}")
+        else:
+            super().__init__(f"unknown model {shown!r}: use '<provider>/<model>' or a name "
+                             f"under [[models]]{hint}")
         self.model = model

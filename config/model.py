@@ -410,8 +410,20 @@ def find_model(config: Config, name: str) -> tuple[ProviderConfig, str]:
     if resolved is None:
         known = tuple(m.name for m in config.models)
         known += tuple(f"{p.name}/<model>" for p in config.usable_providers)
-        raise UnknownModel(name, known)
+        raise UnknownModel(name, known, _missing_provider(config, name))
     return resolved
+
+
+def _missing_provider(config: Config, name: str) -> str:
+    """What to do when ``name`` asks a well-known provider the config does not have."""
+    from sessionwarden.config.parse import ZERO_CONFIG_PROVIDERS  # parse imports this module
+
+    provider = name.partition("/")[0]
+    variable = next((v for v, known, *_ in ZERO_CONFIG_PROVIDERS if known == provider), None)
+    if variable is None or any(p.name == provider for p in config.usable_providers):
+        return ""
+    return (f"no provider {provider!r} is configured: set {variable} in the daemon's "
+            f"environment and restart it (or add a [[providers]] entry named {provider})")
 
 
 def resolve_key(ref: str, environ: Mapping[str, str]) -> str:

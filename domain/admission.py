@@ -204,7 +204,8 @@ def verdict_events(state: SessionState, verdict: Admitted | Refused) -> list[Eve
     request = verdict.request
     events: list[Event] = []
     if not state.started:
-        events.append(SessionStarted(model=f"{request.provider}/{request.model}",
+        model = f"{request.provider}/{request.model}" if request.provider else request.model
+        events.append(SessionStarted(model=model,
                                      client=request.client,
                                      parent_session_id=request.parent_session or None))
     events.extend(verdict.events)

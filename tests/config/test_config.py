@@ -493,3 +493,15 @@ def test_a_providers_daily_cap_and_allow_unpriced_parse_exactly() -> None:
     assert config.providers[0].daily_usd == Decimal("20.10")
     assert config.budgets.allow_unpriced and config.has_caps
     assert not parse_config(PROVIDER + 'daily_usd = ""\n').has_caps
+
+
+def test_a_well_known_provider_without_its_key_says_which_variable_to_set() -> None:
+    config = zero_config({})
+    with pytest.raises(UnknownModel) as caught:
+        find_model(config, "openai/gpt-4.1-mini")
+    assert "set OPENAI_API_KEY in the daemon's environment" in str(caught.value)
+    with pytest.raises(UnknownModel) as caught:
+        find_model(config, "acme/model")  # not a well-known one: the usual hint
+    assert "use '<provider>/<model>'" in str(caught.value)
+    assert find_model(zero_config({"OPENAI_API_KEY": "sk-" + "x" * 40}),
+                      "openai/gpt-4.1-mini")[1] == "gpt-4.1-mini"
