@@ -76,7 +76,8 @@ def _common_options(default_db: object, default_debug: object) -> argparse.Argum
         help="event log (default: $SESSIONWARDEN_DB, else the user's state directory)",
     )
     common.add_argument(
-        "--debug", action="store_true", default=default_debug, help=argparse.SUPPRESS
+        "--debug", action="store_true", default=default_debug,
+        help="on an internal error, print its traceback (for a bug report)",
     )
     return common
 

@@ -100,3 +100,15 @@ def test_a_malformed_clock_offset_is_one_line_and_the_config_exit_code(
     assert main(["keys", "list", "--db", str(db)]) == 78
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "SESSIONWARDEN_CLOCK_OFFSET" in err
+
+
+def test_the_option_the_internal_error_names_is_in_the_help(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sessionwarden.cmd.main import internal_error
+
+    assert "--debug" in internal_error(RuntimeError("x"))
+    for argv in (["--help"], ["status", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "--debug" in capsys.readouterr().out

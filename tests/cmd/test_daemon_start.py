@@ -5,6 +5,7 @@ daemon (a clean stop or a failed start) leaves ``<db>.lock`` behind.
 """
 
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,3 +92,25 @@ def test_a_written_tool_limit_larger_than_a_window_is_warned_of_once_at_start(
     warned = [line for line in daemon.stderr().splitlines() if "result_size_chars" in line]
     assert len(warned) == 1 and "100,000 characters" in warned[0] and "small" in warned[0]
     assert "gpt-test" not in warned[0]  # its 128K window holds it
+
+
+def test_the_readmes_curl_examples_take_the_token_the_default_setup_made(
+    daemon_factory: DaemonMaker, tmp_path: Path
+) -> None:
+    # They used $SESSIONWARDEN_TOKEN, which the default setup never sets: 401 as written.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    lines = {line for line in readme.splitlines() if line.startswith("TOKEN=")}
+    assert len(lines) == 1 and readme.count("Bearer $TOKEN") >= 3
+    state = tmp_path / "state"
+    (state / "sessionwarden").mkdir(parents=True, mode=0o700)
+    daemon = daemon_factory(db=state / "sessionwarden" / "events.db")
+    del daemon.env["SESSIONWARDEN_TOKEN"]  # the default setup: a generated token file
+    daemon.env["XDG_STATE_HOME"] = str(state)
+    daemon.start()
+    script = (f"{lines.pop()}\ncurl -s -o /dev/null -w '%{{http_code}}' -H "
+              f"\"Authorization: Bearer $TOKEN\" {daemon.url('/v1/sessions/none')}")
+    env = {k: v for k, v in daemon.env.items() if k != "SESSIONWARDEN_TOKEN"}
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert daemon.stop() == 0
+    assert done.stdout == "404", done  # authenticated: the session is unknown, not 401
