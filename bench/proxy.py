@@ -198,8 +198,11 @@ def start_fake(workdir: Path, procs: list[Proc]) -> tuple[Proc, str]:
 
 
 def start_daemon(workdir: Path, fake_url: str, procs: list[Proc], exe: Path = SW_BIN,
-                 name: str = "sessionwarden") -> tuple[Proc, str, Path]:
-    """The daemon (``exe``: another checkout's, to compare two versions) on a fresh db."""
+                 name: str = "sessionwarden", reuse: bool = False) -> tuple[Proc, str, Path]:
+    """The daemon (``exe``: another checkout's, to compare two versions) on a fresh db.
+
+    ``reuse``: on the db an earlier start on ``workdir`` made (a restart).
+    """
     home = workdir if name == "sessionwarden" else workdir / name
     home.mkdir(exist_ok=True)
     config = home / "sessionwarden.toml"
@@ -215,7 +218,7 @@ def start_daemon(workdir: Path, fake_url: str, procs: list[Proc], exe: Path = SW
         "context_length = 128000\n"
     )
     db = home / "db" / "events.db"
-    db.parent.mkdir()
+    db.parent.mkdir(exist_ok=reuse)
     env = base_env() | {"SESSIONWARDEN_TOKEN": TOKEN, "BENCH_FAKE_KEY_A": "sk-bench-a-1111",
                         "BENCH_FAKE_KEY_B": "sk-bench-b-2222"}
     cmd = [str(exe) if exe.exists() else sys.executable]

@@ -123,8 +123,7 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
             history = None
     elif state.calls:
         events.append(HistoryReset(
-            call_id=request.call_id, reason="the daemon holds no governed history for this "
-            "session (it restarted, or the session was idle and unloaded)"))
+            call_id=request.call_id, reason="restarted or unloaded: no governed history"))
     base = history or GovernedHistory()
     new = rest[len(base.client):]
     messages: list[Message] = []

@@ -109,12 +109,13 @@ def recognise(history: GovernedHistory, digests: Sequence[bytes]) -> Recognition
         if ours != theirs:
             break
         matched += 1
+    # Short reasons: a stateless client starts a new conversation at every call, and each
+    # reset is an event of the log (``matched`` says how much still matched).
     if matched == len(digests) < size:
-        return Recognition(matched, f"the client resent {len(digests)} of the {size} "
-                                    "messages it had sent (it shortened its history)")
-    return Recognition(matched, f"message {matched + 1} after the system messages differs "
-                                "from what the client sent before (edited or compacted "
-                                "by the client)")
+        return Recognition(matched, f"shortened to {len(digests)} of {size} messages")
+    if matched == 0:
+        return Recognition(matched, "a new conversation (message 1 differs)")
+    return Recognition(matched, f"message {matched + 1} differs (edited or compacted)")
 
 
 class ContextUpdate(NamedTuple):

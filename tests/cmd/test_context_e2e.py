@@ -148,7 +148,7 @@ def test_an_edited_history_is_governed_afresh_with_the_same_stand_ins(
     events = [CODEC.decode(e.type, e.data)
               for e in daemon.runtime.log.read_stream("session-edited")]
     [reset] = [e for e in events if isinstance(e, HistoryReset)]
-    assert reset.matched == 0 and "message 1" in reset.reason
+    assert reset.matched == 0 and reset.reason == "a new conversation (message 1 differs)"
 
 
 @pytest.mark.parametrize("call_id", ["../../../etc/passwd", "/tmp/evil", "x" * 400,

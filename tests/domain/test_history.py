@@ -29,7 +29,9 @@ def test_an_edited_or_shortened_history_says_where_and_why() -> None:
     edited = recognise(history, [digest(b"a"), digest(b"B"), digest(b"c")])
     assert edited.matched == 1 and "message 2" in edited.reason
     shorter = recognise(history, [digest(b"a"), digest(b"b")])
-    assert shorter.matched == 2 and "2 of the 3" in shorter.reason
+    assert shorter.matched == 2 and shorter.reason == "shortened to 2 of 3 messages"
+    other = recognise(history, [digest(b"x")])
+    assert other.matched == 0 and other.reason == "a new conversation (message 1 differs)"
 
 
 def test_forwarded_takes_unchanged_items_from_the_request_and_keeps_stand_ins() -> None:
