@@ -58,6 +58,12 @@ def test_callsize_prints_events_and_bytes_per_call() -> None:
     assert "events/call" in out and "database growth per call:" in out
 
 
+def test_callsize_small_prints_the_files_growth_after_a_clean_stop() -> None:
+    out = run_script(str(BENCH / "callsize.py"), "--shape", "small", "--calls", "10",
+                     "--sessions", "2")
+    assert "events/call" in out and "file growth per call after a clean stop:" in out
+
+
 def synthetic_session(path: Path, turns: int = 60) -> Path:
     """A small tool-heavy session in the benchmark input's format (a gzipped JSON list).
 
