@@ -253,3 +253,19 @@ def test_the_reserve_is_the_answers_limit_the_request_states() -> None:
                       api_mode="chat_completions", shape=shape, body=conversation)
     result = run(ContextSettings(config(enabled=False), "/spill"), SessionState("s"), req)
     assert isinstance(result, Refuse) and "+ 800 reserved for the answer" in result.message
+
+
+def test_a_compression_the_upstreams_overflow_asks_for_is_never_blocked_by_the_guard() -> None:
+    # The resend after a provider's context-length error asks for a compaction (the
+    # SessionActor folds a CompactionRequested): the guard, even "ineffective", has no say.
+    from sessionwarden.events import CompactionRequested
+
+    state = SessionState("s")
+    admit(state, run(SETTINGS, state, request(long_session(1), "c1")))
+    state.adopt(state.context._replace(guard=CompressionGuard(  # type: ignore[union-attr]
+        unfit=MAX_UNFIT_COMPRESSIONS, awaiting_reading=True)))
+    state.fold(CompactionRequested(focus="the upstream said the request is too long"))
+    result = run(SETTINGS, state, request(long_session(20), "c2"))
+    assert isinstance(result, Proceed)
+    assert any(isinstance(e, ContextCompressed) and e.trigger == "requested"
+               for e in result.events)
