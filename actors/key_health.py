@@ -114,7 +114,8 @@ class ProviderHealth:
         """
         decision = decide(self.breaker, self.keys, pool, now)
         if decision.action == "refuse":
-            raise KeysBenched(self.provider, decision.retry_after, decision.reason)
+            raise KeysBenched(self.provider, decision.retry_after, decision.reason,
+                              decision.until)
         free = usable(self.keys, pool, now) - frozenset(exclude)
         if not free:
             raise KeysBenched(self.provider, decision.retry_after or 1, "no_usable_key")

@@ -12,7 +12,8 @@
 - ``keys remove PROVIDER FP`` and ``keys reset PROVIDER FP`` (a benched or dead key back
   to ``ok``). ``FP`` is a whole fingerprint, any hex case; a prefix is refused (a remove
   names exactly one key).
-- ``breaker list [--json]`` and ``breaker reset PROVIDER``.
+- ``breaker list [--json]`` and ``breaker reset PROVIDER``. ``list`` with nothing
+  recorded says so (``--json``: ``[]``), as ``keys list`` does.
 
 Hostile input gets one line and exit 64, and is never echoed when it might be a key: a
 ``PROVIDER`` or ``FP`` the redactor's patterns take for one (a key pasted in the wrong
@@ -279,7 +280,10 @@ def run_breaker(args: argparse.Namespace, db: Path) -> int:
                  "reason": pool.health.breaker.reason} for p, pool in pools.items()]
         if args.json:
             print(json.dumps(rows, indent=2))
-        for r in rows if not args.json else []:
+            return 0
+        if not rows:  # silence would read as "the command did nothing"
+            print("no breakers recorded")
+        for r in rows:
             until = f" until {r['until']}" if r["until"] and r["state"] != "closed" else ""
             print(f"{printable(str(r['provider']))}: {r['state']}{until}"
                   + (f" ({r['reason']})" if r["state"] != "closed" else ""))

@@ -11,7 +11,9 @@ take (every key benched, the breaker open) to its model's fallback route, at its
 start or once its last key failed;
 for an overload, a 5xx or a timeout it waits and sends again with the same key, at
 most :data:`~sessionwarden.domain.classifier.MAX_RETRIES` times, jittered.
-:func:`retry_transport` does the same when no answer came at all. Each failed attempt
+:func:`retry_transport` does the same when no answer came at all, and once those
+retries are spent on an unreachable provider, :func:`route_around` moves the call to
+its model's fallback route as a benched provider's would be. Each failed attempt
 is noted on the call (``CallAttempt``) and lands in its one CallCompleted. Policy is the
 domain's; this module only carries it out.
 """
@@ -20,7 +22,6 @@ import asyncio
 import random
 from datetime import datetime
 
-import aiohttp
 from loguru import logger
 from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
@@ -40,7 +41,7 @@ from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.chat_completions import ChatCompletions
 from sessionwarden.upstream.client import UpstreamResponse
 
-__all__ = ["fail_over", "retry_transport", "transport_of"]
+__all__ = ["fail_over", "reroute", "retry_transport", "route_around"]
 
 #: The retries' jitter (not a secret: only spreads the retries of many calls apart).
 _RNG = random.Random()
@@ -83,7 +84,8 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
         following = await ask(rt.ref("credentials"),
                               Lease(lease.provider, call.call_id, tuple(call.tried)))
     except KeysBenched as exc:  # no other key: the fallback route, or this answer
-        return await _fall_back(rt, call, found, response.status, adapter, exc)
+        return await _fall_back(rt, call, found.error_class, response.status, adapter,
+                                exc.reason)
     except (NoCredential, ActorUnavailable):
         return False  # no other key: the client gets this answer
     release_key(rt, call)
@@ -123,36 +125,49 @@ async def _resend(rt: Runtime, call: ProxiedCall, found: Classification, status:
     return True
 
 
-async def _fall_back(rt: Runtime, call: ProxiedCall, found: Classification, status: int,
-                     adapter: ChatCompletions, benched: KeysBenched) -> bool:
+async def route_around(rt: Runtime, call: ProxiedCall, adapter: ChatCompletions) -> bool:
+    """The provider stayed unreachable through the call's retries: its fallback route (True).
+
+    A dead host can take no call, as a provider whose keys are all benched cannot; its
+    breaker stays closed (``domain.breaker``), so the next call tries it first again.
+    """
+    return await _fall_back(rt, call, call.error_class or "unreachable", 0, adapter,
+                            "unreachable")
+
+
+async def _fall_back(rt: Runtime, call: ProxiedCall, error_class: str, status: int,
+                     adapter: ChatCompletions, reason: str) -> bool:
     """The last key failed too: send the call to its model's fallback route (True).
 
     As a call that finds every key benched at its start would be; the failed attempts
     stay on the call. Not for a request governed again mid-call (what the route records
-    is the request as admitted), nor for a route of another wire format.
+    is the request as admitted), nor for a route of another wire format. ``reason`` is
+    why the provider can take none (``no_usable_key``, ``overload``, ``unreachable``).
     """
     admitted, failed = call.admitted, call.lease
     if admitted is None or failed is None or call.resent:
         return False
     release_key(rt, call)  # the route's key replaces it
-    routed = await reroute(rt, call, admitted, benched, wire=adapter)
+    routed = await reroute(rt, call, admitted, reason, wire=adapter)
     if routed is None:
         return False
     _, fields, _ = routed
     call.attempts.append(CallAttempt(credential=failed.fingerprint, status=status,
-                                     error_class=found.error_class))
+                                     error_class=error_class))
     call.tried = []
     call.body = adapter.upstream_body(fields, admitted.body.items)
     return True
 
 
 async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
-                  benched: KeysBenched, wire: ChatCompletions | None = None,
+                  reason: str, wire: ChatCompletions | None = None,
                   ) -> tuple[ChatCompletions, bytes, bool] | None:
     """Send the call to its model's fallback route while its provider can take none.
 
-    The fields are encoded for the fallback's model and recorded (``session.call_resent``
-    with the route) before anything is sent; the call then belongs to that provider
+    ``reason`` says why it can take none (``no_usable_key``, ``overload``,
+    ``unreachable``); it is recorded with the route. The fields are encoded for the
+    fallback's model and recorded (``session.call_resent`` with the route) before
+    anything is sent; the call then belongs to that provider
     (its key, its price, its ledger row). Returns the route's adapter, the fields and
     whether usage was injected, or None: no fallback, or it cannot take the call either
     (or, given ``wire``, the route speaks another wire format).
@@ -177,15 +192,15 @@ async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
     try:
         await ask(rt.session_ref(call.session_id), Reroute(
             call.session_id, call.call_id, admitted.record, provider.name, model, fields,
-            benched.reason))
+            reason))
     except (ActorUnavailable, StoreError) as exc:
         logger.warning("call {}: the fallback route was not recorded: {}", call.call_id, exc)
         rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint,
                                            call_id=call.call_id))
         return None
-    call.provider, call.model, call.lease, call.released = provider, model, lease, False
     logger.info("call {}: provider {} cannot take it ({}); sent to its fallback {}",
-                call.call_id, benched.provider, benched.reason, entry.fallback)
+                call.call_id, call.provider.name, reason, entry.fallback)
+    call.provider, call.model, call.lease, call.released = provider, model, lease, False
     return adapter, fields, injected
 
 
@@ -223,17 +238,6 @@ async def _retry(call: ProxiedCall, found: Classification, status: int) -> bool:
                 found.error_class, call.retries, delay)
     await asyncio.sleep(delay)
     return True
-
-
-def transport_of(exc: aiohttp.ClientError) -> Transport:
-    """The kind of transport failure an aiohttp error is (for the classifier)."""
-    if isinstance(exc, aiohttp.ClientSSLError):
-        return "tls"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return "connect"
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
-        return "reset"
-    return "protocol"
 
 
 async def retry_transport(rt: Runtime, call: ProxiedCall, transport: Transport) -> bool:

@@ -13,13 +13,19 @@ One call, in order:
    and the upstream client sends it with the leased key; an error answer is read before
    anything is relayed, so a key's failure goes to the next key and an overload is
    retried (``cmd/failover.py``), and with every key benched the call is refused at
-   once (429 with ``Retry-After``), unsent;
+   once (429 with ``Retry-After``; 503 while its breaker is open on an overload),
+   unsent; a provider that cannot be reached at all is named, with the cause (a
+   refused connection, a DNS failure, a timeout), in a 502 or 504;
 4. the response is relayed (a stream chunk for chunk, minus the usage chunk the client did
    not ask for), holding back its last bytes (the whole body, or a stream's ``[DONE]``);
 5. the completion is recorded — one atomic append — and only then are the last bytes
    sent: every call that returned to a client is in the ledger, even if the daemon dies
    the next instant. A record that cannot be written turns into a 503 (a stream ends
    with an error event instead of ``[DONE]``).
+
+Every answer once the call has its id — an error too: refused at admission, every key
+benched, unreachable, not recorded — carries ``x-sessionwarden-call-id`` and the session
+header, so ``sessionwarden replay`` finds the call the client saw fail.
 
 When the client disconnects mid-stream, the upstream is drained (up to
 ``[daemon] drain_timeout_s``) for its usage and the call is recorded all the same.
@@ -45,7 +51,7 @@ from sessionwarden.cmd.calls import (
     return_lease,
     take_lease,
 )
-from sessionwarden.cmd.failover import fail_over, reroute, retry_transport, transport_of
+from sessionwarden.cmd.failover import fail_over, reroute, retry_transport, route_around
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.watch import ClientGone, ClientWatch
@@ -64,6 +70,7 @@ from sessionwarden.upstream.client import (
     read_at_most,
     read_first_event,
     relayed_headers,
+    transport_failure,
 )
 from sessionwarden.upstream.errors import EventTooLarge, MalformedRequest
 
@@ -180,24 +187,27 @@ async def chat_completions(
         reason = (rt.why_session_down(session_id) if isinstance(exc, ActorUnavailable)
                   else None) or str(exc)
         logger.warning("call {}: not admitted: {}", call.call_id, reason)
+        # The call id still goes out: the daemon's log line above names it.
         await send_error(send, 503, "sessionwarden cannot record calls right now "
                          f"({_short(reason, 160)}); nothing was sent upstream",
                          kind="server_error", code="unavailable",
-                         headers=[(b"retry-after", b"1")])
+                         headers=[(b"retry-after", b"1"), *_ids(call)])
         return
     if isinstance(verdict, AdmissionRefused):
         return_lease(rt, call, leasing)
         wait_s = verdict.retry_after_s
+        refused = _ids(call)  # recorded (CallRefused): replay finds it by this id
+        if wait_s:
+            refused.append((b"retry-after", str(wait_s).encode()))
         await send_error(send, verdict.status, verdict.message, kind=verdict.kind,
-                         code=verdict.code or None,
-                         headers=[(b"retry-after", str(wait_s).encode())] if wait_s else ())
+                         code=verdict.code or None, headers=refused)
         return
     sent = verdict.request.body
     call.admitted = verdict.request
     try:
         await take_lease(call, leasing)
     except KeysBenched as exc:
-        routed = await reroute(rt, call, verdict.request, exc)
+        routed = await reroute(rt, call, verdict.request, exc.reason)
         if routed is None:
             await complete(rt, call, call.outcome("no_credential", error=str(exc)))
             await _benched(send, exc, call)
@@ -207,7 +217,7 @@ async def chat_completions(
     except (NoCredential, ActorUnavailable) as exc:
         await complete(rt, call, call.outcome("no_credential", error=str(exc)))
         await send_error(send, 503, str(exc), kind="server_error", code="no_credential",
-                         headers=[_call_header(call), _session_header(call)])
+                         headers=_ids(call))
         return
     assert call.lease is not None
     upstream_body = adapter.upstream_body(sent.fields_bytes, sent.items)
@@ -228,18 +238,31 @@ def _session_header(call: ProxiedCall) -> tuple[bytes, bytes]:
     return (SESSION_HEADER, call.session_id.encode())
 
 
-async def _benched(send: ASGISend, exc: KeysBenched, call: ProxiedCall) -> None:
-    """Every key benched, or the breaker open: 429 with a truthful Retry-After (503 if none).
+def _ids(call: ProxiedCall) -> list[tuple[bytes, bytes]]:
+    """The call's and its session's ids: on every answer once the call has its id."""
+    return [_call_header(call), _session_header(call)]
 
-    Nothing was sent upstream; the call is recorded (``no_credential``) like any other.
+
+async def _benched(send: ASGISend, exc: KeysBenched, call: ProxiedCall) -> None:
+    """Every key benched, or the breaker open: a truthful Retry-After, and why.
+
+    429 ``keys_benched`` while keys rest (a rate limit, credit) or one call probes; 503
+    ``provider_overloaded`` while the breaker is open on an overload — the keys are fine
+    (``keys list`` says ``ok``), so a 429 naming them would send the user to the wrong
+    place; 503 ``no_usable_key`` when none will return by itself. Nothing was sent
+    upstream; the call is recorded (``no_credential``) like any other.
     """
     if exc.retry_after is None:
         await send_error(send, 503, str(exc), kind="server_error", code="no_usable_key",
-                         headers=[_call_header(call), _session_header(call)])
+                         headers=_ids(call))
+        return
+    wait = [(b"retry-after", str(exc.retry_after).encode()), *_ids(call)]
+    if exc.reason == "overload":
+        await send_error(send, 503, str(exc), kind="server_error",
+                         code="provider_overloaded", headers=wait)
         return
     await send_error(send, 429, str(exc), kind="rate_limit_error", code="keys_benched",
-                     headers=[(b"retry-after", str(exc.retry_after).encode()),
-                              _call_header(call), _session_header(call)])
+                     headers=wait)
 
 
 async def _forward(
@@ -273,17 +296,8 @@ async def _attempt(
         await complete(rt, call, call.outcome(
             "client_disconnected", error="the client left before the upstream answered"))
         return True
-    except TimeoutError:
-        if await retry_transport(rt, call, "timeout"):
-            return False
-        await _fail(rt, call, send, "timeout", 504, "the upstream provider timed out")
-        return True
-    except aiohttp.ClientError as exc:
-        if await retry_transport(rt, call, transport_of(exc)):
-            return False
-        reason = f"the upstream provider is unreachable ({type(exc).__name__})"
-        await _fail(rt, call, send, "unreachable", 502, reason)
-        return True
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        return await _no_answer(rt, call, adapter, send, exc)
     if response.status < 400:
         call.error_class = ""  # the attempts that failed keep theirs
     keyed = call.lease is not None and bool(call.lease.fingerprint)
@@ -350,14 +364,51 @@ async def _attempt(
         response.release()
 
 
+async def _no_answer(rt: Runtime, call: ProxiedCall, adapter: ChatCompletions,
+                     send: ASGISend, exc: Exception) -> bool:
+    """No answer came: retried (bounded), then the fallback route or the reason (True).
+
+    The reason names the provider, what happened and where, as
+    :func:`~sessionwarden.upstream.client.transport_failure` tells it: a refused
+    connection is ``unreachable`` (502, Retry-After 1 s), never a timeout; a timeout is
+    one (504). Neither benches a key, and an unreachable provider does not open its
+    breaker (``domain.breaker``): the next call tries it again, so a server that is back
+    serves at once. False: the call was sent again (a retry, or its fallback route).
+    """
+    failure = transport_failure(exc, call.provider)
+    if await retry_transport(rt, call, failure.transport):
+        return False
+    name, tries = call.provider.name, call.retries + 1
+    cause = default_redactor.redact(failure.cause)
+    times = "once" if tries == 1 else f"{tries} times"
+    logger.warning("call {}: provider {}: no answer ({}): {}", call.call_id, name,
+                   call.error_class, cause)
+    if failure.transport == "timeout":
+        await _fail(rt, call, send, "timeout", 504,
+                    f"provider {name} timed out: {cause} (tried {times})",
+                    error_code="provider_timeout")
+        return True
+    if call.error_class == "unreachable":
+        if await route_around(rt, call, adapter):
+            return False
+        await _fail(rt, call, send, "unreachable", 502,
+                    f"provider {name} unreachable: {cause} (tried {times}; nothing reached "
+                    "it)", error_code="provider_unreachable", retry_after=1)
+        return True
+    await _fail(rt, call, send, "unreachable", 502,
+                f"provider {name} did not answer: {cause} (tried {times})",
+                error_code="upstream_error")
+    return True
+
+
 async def _broken_start(rt: Runtime, call: ProxiedCall, send: ASGISend,
                         exc: Exception) -> bool:
     """A stream broke before its first event: nothing was relayed, so it may be retried."""
-    if await retry_transport(rt, call, transport_of(exc) if isinstance(
-            exc, aiohttp.ClientError) else "timeout"):
+    failure = transport_failure(exc, call.provider)
+    if await retry_transport(rt, call, failure.transport):
         return False
     await _fail(rt, call, send, "truncated", 502, "the upstream stream broke off before "
-                f"its first event ({type(exc).__name__})", status=200)
+                f"its first event: {default_redactor.redact(failure.cause)}", status=200)
     return True
 
 
@@ -423,7 +474,8 @@ async def _relay_plain(
         outcome = call.outcome("upstream_error", status=status, rate_limit_headers=limits,
                                error=_short(began))
     if not await complete(rt, call, outcome):
-        await send_error(send, 503, _NOT_RECORDED, kind="server_error", code="not_recorded")
+        await send_error(send, 503, _NOT_RECORDED, kind="server_error", code="not_recorded",
+                         headers=_ids(call))
         return
     await _start(rt, send, status, response, call, len(body), json=too_large)
     await send({"type": "http.response.body", "body": body})
@@ -539,6 +591,14 @@ async def _start(
 
 
 async def _fail(rt: Runtime, call: ProxiedCall, send: ASGISend, kind: str, code: int,
-                message: str, status: int = 0) -> None:
+                message: str, status: int = 0, *, error_code: str | None = None,
+                retry_after: int | None = None) -> None:
+    """Record the call as ``kind`` and answer ``code`` with ``message`` and its ids."""
     await complete(rt, call, call.outcome(kind, status=status, error=message))
-    await send_error(send, code, message, kind="upstream_error")
+    headers = _ids(call)
+    if call.error_class:
+        headers.append((b"x-sessionwarden-error-class", call.error_class.encode()))
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send_error(send, code, message, kind="upstream_error", code=error_code,
+                     headers=headers)

@@ -12,7 +12,13 @@ keys are usable is ``sessionwarden.domain.key_states``.
   success between (reason ``overload``, for 30 s, or the upstream's ``Retry-After`` if
   longer, capped at 300 s). The threshold follows LiteLLM's Redis breaker (5 failures) and
   counts the daemon's own bounded retries (≤ 2 per call), so two client calls failing
-  in full open it.
+  in full open it. An *unreachable* provider (a refused connection, a failed DNS lookup
+  or TLS handshake: class ``unreachable``, kind ``other``) does not count: it is neither
+  a limit nor an overload, and nothing is spared by refusing — finding out costs a
+  connection attempt, not a call's tokens — while a breaker would go on refusing for
+  its whole cool-down after the server is back. Each call tries, and says why it could
+  not (the proxy's 502 ``provider_unreachable``). A timeout, connecting or reading, does
+  count: each costs the client the whole wait.
 - *Open*: :func:`decide` refuses at once with a truthful ``Retry-After`` (whole seconds,
   rounded up): the breaker's ``until``, which for ``no_usable_key`` is the earliest moment a
   key returns.

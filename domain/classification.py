@@ -24,9 +24,12 @@ __all__ = [
     "Transport",
 ]
 
+#: ``unreachable`` is ours, not Hermes's: no connection could be made (refused, DNS, no
+#: route, TLS), so nothing reached the provider — neither its keys nor its capacity are
+#: at fault, and it is never called a ``timeout``.
 ErrorClass = Literal["billing", "rate_limit", "overloaded", "server_error", "timeout",
                      "context_overflow", "payload_too_large", "auth", "model_not_found",
-                     "content_policy", "format_error", "unknown"]
+                     "content_policy", "format_error", "unreachable", "unknown"]
 ERROR_CLASSES: tuple[ErrorClass, ...] = get_args(ErrorClass)
 
 #: ``rotate``: send the call again at once with the next key (this one failed for it);

@@ -12,7 +12,11 @@ The steps are in :mod:`sessionwarden.domain.classifier_rules` and
 
 **The pipeline** (hermes-behaviour.md §7; the first rule that matches wins):
 
-0. a transport failure without an error status → ``timeout``, retry (§7 steps 10-12);
+0. a transport failure without an error status → retry (§7 steps 10-12), as what it is:
+   a timeout → ``timeout``; no connection made (refused, DNS, TLS) → ``unreachable``;
+   a connection that dropped or an unreadable answer → ``server_error`` (Hermes calls
+   them all timeouts; a user told "timeout" for a refused connection looks in the wrong
+   place);
 1. content-policy phrases → ``content_policy``; 2. a rejected thinking signature and
    5. a local grammar failure → ``format_error``; 3. a 429 asking for the paid
    long-context tier → ``context_overflow`` (§7 steps 1-5);
@@ -99,6 +103,11 @@ MAX_RETRIES = 2
 #: …and never a wait longer than this (a longer Retry-After means: relay instead).
 MAX_RETRY_WAIT = 5.0
 _RETRY_BASE = 1.0
+#: The class of a failure below HTTP, by its kind (step 0).
+_TRANSPORT_CLASS: dict[str, ErrorClass] = {
+    "timeout": "timeout", "connect": "unreachable", "tls": "unreachable",
+    "reset": "server_error", "protocol": "server_error",
+}
 
 
 def _status(status: object) -> int:
@@ -143,8 +152,8 @@ def classify(
     del api_mode  # every wire's shape is read; kept for provider-specific rules to come
     code = _status(status)
     if transport is not None and code == 0:
-        return Classification(error_class="timeout", recovery="retry",
-                              reason=f"transport failure: {transport}")
+        return Classification(error_class=_TRANSPORT_CLASS.get(transport, "timeout"),
+                              recovery="retry", reason=f"transport failure: {transport}")
     safe_headers = headers if type(headers) is dict or isinstance(headers, Mapping) else {}
     facts = Facts(
         status=code,
@@ -159,8 +168,8 @@ def classify(
     if found is not None:
         return found
     if transport is not None:
-        return Classification(error_class="timeout", recovery="retry",
-                              reason=f"{code}: transport failure: {transport}")
+        return Classification(error_class=_TRANSPORT_CLASS.get(transport, "timeout"),
+                              recovery="retry", reason=f"{code}: transport failure: {transport}")
     return Classification(error_class="unknown", recovery="relay",
                           reason=f"{code or 'no status'}: no rule matched")
 

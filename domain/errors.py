@@ -16,6 +16,9 @@ The tree::
         └── BadPatterns       configured error-classifier phrases that cannot be used
 """
 
+from datetime import datetime
+
+from sessionwarden.domain.key_states import format_time as _format_time
 from sessionwarden.errors import SessionwardenError
 
 __all__ = [
@@ -59,28 +62,38 @@ class NoCredential(DomainError):
 class KeysBenched(NoCredential):
     """No key of a provider may be used now: every one is benched, or its breaker is open.
 
+    The message says why and until when, with the moment written as ``sessionwarden
+    breaker list`` and ``keys list`` write it, so the answer can be matched to either.
+
     Attributes:
         provider: the provider's name.
         retry_after: whole seconds until a key returns (or the breaker lets a probe
             through); None when no end is foreseeable (every key is dead).
         reason: ``no_usable_key``, ``overload`` or ``probing``.
+        until: the moment behind ``retry_after``, if known.
     """
 
-    def __init__(self, provider: str, retry_after: int | None, reason: str) -> None:
+    def __init__(self, provider: str, retry_after: int | None, reason: str,
+                 until: datetime | None = None) -> None:
         """Say which provider, why, and when it is worth trying again."""
         if retry_after is None:
             when = "none will return by itself (replace a key, or `keys reset` one)"
         else:
             when = f"retry in {retry_after} s"
-        why = {"overload": "it is overloaded (the breaker is open)",
+            if until is not None and reason != "probing":
+                when += f", at {_format_time(until)}"
+        why = {"overload": "it kept failing (overloaded, 5xx or timing out), so its breaker "
+                           "is open (`sessionwarden breaker list`)",
                "probing": "one call is probing it after a pause"}.get(
-                   reason, "every key is rate-limited or out of credit" if retry_after
-                   is not None else "every key is revoked or invalid")
+                   reason, "every key is rate-limited or out of credit (`sessionwarden "
+                   "keys list`)" if retry_after is not None
+                   else "every key is revoked or invalid")
         super().__init__(f"provider {provider!r} cannot take calls now: {why}; {when} "
                          "(nothing was sent upstream)")
         self.provider = provider
         self.retry_after = retry_after
         self.reason = reason
+        self.until = until
 
 
 class UnknownCall(DomainError):

@@ -15,6 +15,9 @@ from sessionwarden.domain.key_states import FailureKind, KeyFailure
 
 __all__ = ["fails_over", "key_failure"]
 
+#: Any other class is ``other``: nothing about the key, and nothing the breaker counts —
+#: ``unreachable`` among them (no connection was made: a dead host is not the key's
+#: fault, nor an overload; see ``domain.breaker``).
 _KINDS: dict[str, FailureKind] = {
     "billing": "billing", "overloaded": "overloaded", "server_error": "server_error",
     "timeout": "timeout",

@@ -7,6 +7,11 @@ own connections, never a healthy provider's. Bodies are relayed as they come
 (``Accept-Encoding: identity``; an upstream that compresses anyway is decoded, so the
 client always gets a readable body), redirects are never followed.
 
+When no answer comes at all, :func:`transport_failure` says why in the user's words —
+a refused connection, a failed DNS lookup, a TLS handshake, a timeout (connecting, or
+waiting for bytes), a dropped connection — and which kind of transport failure that is
+for the classifier: a refused connection is never reported as a timeout.
+
 A simulated provider (``ProviderConfig.simulated``, the built-in ``sim``) is answered in
 the process by ``sessionwarden.upstream.sim``: no socket, no key. Both kinds of answer
 satisfy :class:`UpstreamResponse`, the little the proxy reads of a response.
@@ -19,20 +24,24 @@ character in it). An error answer is read at most so far (:func:`read_at_most`).
 """
 
 import asyncio
+import errno
+import os
 import re
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 from sessionwarden.config import ProviderConfig
+from sessionwarden.domain.classification import Transport
 from sessionwarden.upstream.errors import EventTooLarge
 from sessionwarden.upstream.sim import simulate
 from sessionwarden.upstream.sse import SseFramer, sse_data
 
 __all__ = [
-    "DROP_DOWN", "DROP_UP", "FIRST_EVENT_PATIENCE_S", "ResponseBody", "UpstreamClient",
-    "UpstreamResponse", "forwarded_headers", "read_at_most", "read_first_event",
-    "relayed_headers",
+    "DROP_DOWN", "DROP_UP", "FIRST_EVENT_PATIENCE_S", "ResponseBody", "TransportFailure",
+    "UpstreamClient", "UpstreamResponse", "forwarded_headers", "read_at_most",
+    "read_first_event", "relayed_headers", "transport_failure",
 ]
 
 #: Never forwarded upstream: ours (auth, session), hop-by-hop, or recomputed by the client.
@@ -140,6 +149,87 @@ def forwarded_headers(client: Mapping[str, str], auth: Mapping[str, str]) -> dic
     out["content-type"] = "application/json"
     out["accept-encoding"] = "identity"
     return out
+
+
+class TransportFailure(NamedTuple):
+    """Why no answer came from a provider.
+
+    Attributes:
+        transport: the kind, for the classifier: ``connect`` (refused, DNS, no route),
+            ``tls``, ``timeout`` (connecting or reading), ``reset`` (the connection
+            dropped), ``protocol`` (an answer that could not be read).
+        cause: one short line for the user, naming the host and port where it helps
+            (``connection refused at 127.0.0.1:8080``); never a header or a key.
+    """
+
+    transport: Transport
+    cause: str
+
+
+def _where(host: object, port: object) -> str:
+    text = str(host)
+    if ":" in text:  # an IPv6 address: its port would be ambiguous without brackets
+        text = f"[{text}]"
+    return f"{text}:{port}" if port else text
+
+
+def _configured_where(provider: ProviderConfig) -> str:
+    """``host:port`` of the provider's ``base_url`` (a timeout names no address itself)."""
+    try:
+        url = urlsplit(provider.base_url)
+        port = url.port or {"http": 80, "https": 443}.get(url.scheme, 0)
+    except ValueError:  # a malformed port: the host alone still helps
+        return provider.base_url
+    return _where(url.hostname or provider.base_url, port)
+
+
+def _os_reason(error: OSError | None) -> tuple[int | None, str]:
+    """An OS error's number (None if it has none) and its words, lower case."""
+    if error is None:
+        return None, "no reason given"
+    number = error.errno if isinstance(error.errno, int) else None
+    words = error.strerror if isinstance(error.strerror, str) and error.strerror else ""
+    if number is not None and number > 0:
+        words = os.strerror(number)  # asyncio's own words name the address, not the cause
+    return number, (words or type(error).__name__).lower()
+
+
+def transport_failure(exc: BaseException, provider: ProviderConfig) -> TransportFailure:
+    """What an exception raised while sending to ``provider`` (before any answer) means.
+
+    Timeouts are ``timeout`` and say which wait ran out; everything below HTTP that made
+    no connection is ``connect`` or ``tls`` (the provider is unreachable, not slow); a
+    connection that dropped is ``reset``; anything else ``protocol``.
+    """
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return TransportFailure("timeout", f"no connection to {_configured_where(provider)} "
+                                f"within {provider.connect_timeout_s:g} s")
+    if isinstance(exc, aiohttp.SocketTimeoutError):
+        return TransportFailure("timeout", "no bytes from it for "
+                                f"{provider.read_timeout_s:g} s (read_timeout_s)")
+    if isinstance(exc, TimeoutError):
+        return TransportFailure("timeout", "it did not answer in time")
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return TransportFailure("connect", f"DNS lookup of {exc.host} failed "
+                                f"({_os_reason(exc.os_error)[1]})")
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return TransportFailure("tls", f"the TLS certificate of {_where(exc.host, exc.port)} "
+                                "was not accepted")
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return TransportFailure("tls", f"TLS handshake with {_where(exc.host, exc.port)} failed")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        where = _where(exc.host, exc.port)
+        number, words = _os_reason(exc.os_error)
+        if number == errno.ECONNREFUSED or f"[Errno {errno.ECONNREFUSED}]" in str(exc.os_error):
+            return TransportFailure("connect", f"connection refused at {where}")
+        if number == errno.ETIMEDOUT:  # the system gave up connecting: a real timeout
+            return TransportFailure("timeout", f"connecting to {where} timed out")
+        return TransportFailure("connect", f"cannot connect to {where} ({words})")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return TransportFailure("reset", "it closed the connection without answering")
+    if isinstance(exc, aiohttp.ClientOSError):
+        return TransportFailure("reset", f"the connection broke ({_os_reason(exc)[1]})")
+    return TransportFailure("protocol", f"its answer could not be read ({type(exc).__name__})")
 
 
 class ResponseBody(Protocol):

@@ -361,7 +361,7 @@ def test_breaker_list_on_a_log_without_providers(
     db = tmp_path / "events.db"
     EventLog(db, projections=default_projections()).close()
     assert run(capsys, "breaker", "list", "--json", "--db", str(db)) == (0, "[]\n", "")
-    assert run(capsys, "breaker", "list", "--db", str(db)) == (0, "", "")
+    assert run(capsys, "breaker", "list", "--db", str(db)) == (0, "no breakers recorded\n", "")
     assert run(capsys, "keys", "list", "--db", str(db)) == (0, "no keys recorded\n", "")
     code, out, err = run(capsys, "breaker", "reset", "fake", "--db", str(db))
     one_line(code, out, err, 64)
