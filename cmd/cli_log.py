@@ -79,8 +79,18 @@ def add_log_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(run=run_replay)
 
-    p = sub.add_parser("demo", help="play a scripted session through a real daemon against "
-                       "the offline provider sim (a fresh log unless --db)")
+    from sessionwarden.cmd.main import _common_options  # main imports this module
+
+    # The common --db's help names the default log, which the demo never writes. Its
+    # options are a copy of the common ones: subparsers share the common actions, so
+    # changing that help would change every command's.
+    common = _common_options(default_db=argparse.SUPPRESS, default_debug=argparse.SUPPRESS)
+    common._option_string_actions["--db"].help = (
+        "the log to write to (default: a new one in a new temporary directory, kept; "
+        "$SESSIONWARDEN_DB is not used)")
+    p = sub.add_parser("demo", parents=[common], help="play a scripted session through a "
+                       "real daemon against the offline provider sim (a fresh log unless "
+                       "--db)")
     p.set_defaults(run=_run_demo)
 
 

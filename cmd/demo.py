@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -43,12 +44,18 @@ from sessionwarden.clock import OFFSET_ENV
 from sessionwarden.cmd.demo_config import DEMO_MODEL, write_config
 from sessionwarden.cmd.demo_context import compressed_session, spilled_result
 from sessionwarden.cmd.errors import CommandError
+from sessionwarden.cmd.terminal import printable
+from sessionwarden.config import SIM_PRICE
 
 __all__ = ["STEPS", "Demo", "Step", "run_demo"]
 
 _LISTENING = re.compile(r"sessionwarden listening on (http://\S+)/v1")
 _START_TIMEOUT_S = 30.0
 _KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY")
+#: The spend cap step's session cap, and its calls' ``max_tokens``: the first call's worst
+#: case fits under the cap, but once it is spent the second one's no longer does.
+_CAP_USD = "0.001"
+_CAP_MAX_TOKENS = 100
 _TOOLS = [{"type": "function", "function": {
     "name": "read_file", "description": "Read a file of the project.",
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
@@ -67,11 +74,14 @@ class Demo:
     #: The conversation so far (steps that continue it append to it).
     messages: list[dict[str, Any]] = field(default_factory=list)
 
-    def _request(self, path: str, body: object = None) -> urllib.request.Request:
+    def _request(self, path: str, body: object = None, method: str | None = None,
+                 session: str | None = None) -> urllib.request.Request:
         data = None if body is None else json.dumps(body).encode()
-        headers = {"authorization": f"Bearer {self.token}", "x-session-id": self.session,
+        headers = {"authorization": f"Bearer {self.token}",
+                   "x-session-id": session or self.session,
                    "content-type": "application/json"}
-        return urllib.request.Request(self.base_url + path, data=data, headers=headers)
+        return urllib.request.Request(self.base_url + path, data=data, headers=headers,
+                                      method=method)
 
     def _open(self, request: urllib.request.Request) -> IO[bytes]:
         # No proxy: the daemon is on loopback, and an HTTP(S)_PROXY must not see the token.
@@ -84,6 +94,27 @@ class Demo:
         except (urllib.error.URLError, OSError) as exc:
             raise CommandError(f"cannot reach the demo's daemon: {exc}") from None
         return response
+
+    def send(self, method: str, path: str, body: object = None,
+             session: str | None = None) -> tuple[int, Any]:
+        """Any request: its status and decoded answer, an error answer too (no raise).
+
+        ``session``: the ``X-Session-Id`` to send, when not the demo's session.
+        """
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(self._request(path, body, method, session),
+                             timeout=30) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as exc:
+            with exc:
+                try:
+                    return exc.code, json.load(exc)
+                except ValueError:
+                    raise CommandError(f"the daemon answered {exc.code} with no JSON body"
+                                       ) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise CommandError(f"cannot reach the demo's daemon: {exc}") from None
 
     def get(self, path: str) -> Any:
         """GET ``/v1`` + ``path``, decoded."""
@@ -156,6 +187,40 @@ def _tool_answer(demo: Demo) -> str:
             f"{len(choice['message']['content'])} characters ({_tokens(answer['usage'])})")
 
 
+def _spend_cap(demo: Demo) -> str:
+    session = f"{demo.session}-capped"
+    budget_path = f"/sessions/{session}/budget"
+    status, budget = demo.send("PUT", budget_path, {"session_usd": _CAP_USD})
+    if status != 200:
+        raise CommandError(f"the daemon answered {status} to the session cap: {budget}")
+    ask = {"model": "sim/priced", "max_tokens": _CAP_MAX_TOKENS, "messages": [
+        {"role": "user", "content": "Name three reasons to cap an agent's spend."}]}
+    status, answer = demo.send("POST", "/chat/completions", ask, session)
+    if status != 200:
+        raise CommandError(f"the daemon answered {status} to the priced call: {answer}")
+    _, budget = demo.send("GET", budget_path)
+    status, again = demo.send("POST", "/chat/completions", ask, session)
+    error = again.get("error") if isinstance(again, dict) else None
+    if status != 200 and isinstance(error, dict):
+        said = f"{status} {error.get('code')}: {printable(str(error.get('message')))}"
+        outcome = ["     the same call again no longer fits: the daemon refuses it unsent,",
+                   *textwrap.wrap(said, 86, initial_indent="       ",
+                                  subsequent_indent="         ")]
+    else:  # with --db, a configuration that replaces sim may price sim/priced at nothing
+        outcome = [f"     the same call again: answered {status}, the cap did not trip"]
+    return "\n".join([
+        "",
+        f"     a new session, {session}, capped at ${_CAP_USD} through the control API",
+        f"     (PUT /v1/sessions/{{id}}/budget), calls sim/priced, sim's priced model "
+        f"(${SIM_PRICE.input} / ${SIM_PRICE.output}",
+        f"     a million input / output tokens), with max_tokens {_CAP_MAX_TOKENS}: its "
+        "worst case fits;",
+        f"     it answers {_tokens(answer['usage'])}: ${budget['spent']} spent, "
+        f"${budget['left']} left;",
+        *outcome,
+    ])
+
+
 @dataclass(frozen=True)
 class Step:
     """One step of the demo: what it shows, and the calls that show it."""
@@ -171,6 +236,7 @@ STEPS: list[Step] = [
     Step("a streamed call", _streamed),
     Step("an agent's tool call", _tool_call),
     Step("the agent's final answer", _tool_answer),
+    Step("a spend cap refuses a call", _spend_cap),
     Step("a long tool-heavy session: a big tool result spilled", spilled_result),
     Step("the long session goes on: its history compressed", compressed_session),
 ]

@@ -23,6 +23,8 @@ from sessionwarden.config.errors import ConfigError, UnknownModel
 __all__ = [
     "API_MODES",
     "SIM_BASE_URL",
+    "SIM_PRICE",
+    "SIM_PRICED_MODEL",
     "SIM_PROVIDER",
     "STRATEGIES",
     "ApiMode",
@@ -218,8 +220,17 @@ class ProviderConfig(_Section, frozen=True):
 #: (RFC 2606), so nothing could leave the machine even if a request were sent to it.
 SIM_BASE_URL = "http://sim.invalid/v1"
 #: The built-in offline provider ``sim``: always there unless a provider named ``sim`` is
-#: configured, which replaces it.
+#: configured, which replaces it. Its calls cost nothing (``included``) but those of its
+#: priced models (:data:`SIM_PRICED_MODEL`).
 SIM_PROVIDER = ProviderConfig(name="sim", base_url=SIM_BASE_URL, billing="included")
+#: The built-in ``sim``'s priced models: ``priced``, played as ``chat``, and
+#: ``priced-<model>``, played as ``<model>`` (``priced-agent-3``). They exist so a spend
+#: cap can be tried offline: every other ``sim`` model is free, and a cap never trips on $0.
+SIM_PRICED_MODEL = re.compile(r"priced(?:-(?P<plays>.+))?")
+#: What a priced ``sim`` model costs, USD per million tokens (cached input at the input
+#: rate, as for any price without a cache rate): a fixed, documented price, so a test can
+#: compute the cost it expects.
+SIM_PRICE = PriceConfig(input=Decimal("2.00"), output=Decimal("8.00"))
 
 
 class ModelConfig(_Section, frozen=True):
@@ -367,6 +378,17 @@ class Config(_Section, frozen=True):
         if any(p.name == SIM_PROVIDER.name for p in self.providers):
             return self.providers
         return (*self.providers, SIM_PROVIDER)
+
+    def builtin_price(self, provider: str, model: str) -> PriceConfig | None:
+        """The built-in price of ``model`` on ``provider``: :data:`SIM_PRICE` or None.
+
+        Only the built-in ``sim``'s priced models (:data:`SIM_PRICED_MODEL`) have one; a
+        provider named ``sim`` in the configuration replaces the built-in one, and its
+        prices are the configuration's.
+        """
+        if provider != SIM_PROVIDER.name or any(p.name == provider for p in self.providers):
+            return None
+        return SIM_PRICE if SIM_PRICED_MODEL.fullmatch(model) else None
 
     def provider(self, name: str) -> ProviderConfig | None:
         """The provider called ``name`` (the built-in ``sim`` included), or None."""

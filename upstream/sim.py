@@ -6,8 +6,10 @@ to :func:`simulate`, which returns a :class:`SimResponse` — the same small sur
 aiohttp's response (:class:`~sessionwarden.upstream.client.UpstreamResponse`) — so a call
 to ``sim`` goes through admission, relay and completion like any other and is recorded.
 
-The answer is deterministic for a request: it is seeded by the body without ``stream``
-and ``stream_options``, so a streamed call and a plain one say the same. Its usage
+The answer's content is deterministic for a request: it is seeded by the body without
+``stream`` and ``stream_options``, so a streamed call and a plain one say the same. Its
+``id`` (and ``x-request-id``) is not: each answer gets its own, random, as a provider's
+does, so a framework that merges answers by id never merges two calls. Its usage
 block is plausible: ``prompt_tokens`` estimates the request's text at four characters a
 token (plus three per message), ``completion_tokens`` counts the pieces generated, and a
 stream carries it in a last chunk (``choices: []``) when ``stream_options.include_usage``
@@ -21,27 +23,34 @@ other name
                    it calls one tool (``finish_reason: tool_calls``, JSON arguments
                    built from its schema); then a final text answer
 ``error-NNN``      answers HTTP NNN (400-599) with an OpenAI error body
+``priced``,        plays ``chat``, or ``<model>``; the only ``sim`` models that cost
+``priced-<model>`` something (``config.SIM_PRICE``: the daemon prices them, this module
+                   only plays them)
 =================  ====================================================================
 
 ``max_tokens`` / ``max_completion_tokens`` cut a text answer (``finish_reason: length``).
+A text answer follows ``response_format``: ``json_object`` gives a JSON object,
+``json_schema`` JSON valid against the schema, streamed or not; a malformed one is a 400.
 The text itself lives in :mod:`sessionwarden.upstream.sim_text`.
 """
 
 import asyncio
 import hashlib
 import re
+import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import msgspec
+from sessionwarden.config import SIM_PRICED_MODEL
 from sessionwarden.domain.usage import text_chars
-from sessionwarden.upstream.sim_text import Turn, plan_turn
+from sessionwarden.upstream.sim_text import Turn, answer_format, plan_turn
 
 __all__ = ["SIM_MODELS", "SimBody", "SimResponse", "estimate_prompt_tokens", "simulate"]
 
 #: The models ``GET /v1/models`` lists for a simulated provider (any name is accepted).
-SIM_MODELS = ("chat", "agent", "agent-3", "error-429")
+SIM_MODELS = ("chat", "agent", "agent-3", "priced", "error-429")
 
 _encode = msgspec.json.Encoder(order="sorted").encode
 _decode = msgspec.json.Decoder().decode
@@ -88,9 +97,10 @@ class SimResponse:
         """Nothing to drop: there is no connection."""
 
 
-def _error(status: int, message: str, kind: str, code: str | None = None) -> SimResponse:
-    body = _encode({"error": {"message": message, "type": kind, "param": None, "code": code}})
-    headers = {"content-type": _JSON, "x-request-id": "req_sim_error"}
+def _error(status: int, message: str, kind: str, code: str | None = None,
+           param: str | None = None) -> SimResponse:
+    body = _encode({"error": {"message": message, "type": kind, "param": param, "code": code}})
+    headers = {"content-type": _JSON, "x-request-id": "req_sim_" + secrets.token_hex(8)}
     if status == 429:
         headers["retry-after"] = "1"
     return SimResponse(status, headers, [body])
@@ -118,14 +128,20 @@ def simulate(path: str, body: bytes) -> SimResponse:
     if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
         return _error(400, "'messages' must be a list", "invalid_request_error")
     model = str(request.get("model", ""))
-    failing = _ERROR_MODEL.fullmatch(model)
+    priced = SIM_PRICED_MODEL.fullmatch(model)
+    plays = (priced.group("plays") or "chat") if priced else model
+    failing = _ERROR_MODEL.fullmatch(plays)
     if failing:
         status = int(failing.group(1))
         return _error(status, f"simulated error {status} (model {model!r})",
                       "rate_limit_error" if status == 429 else "api_error", f"sim_{status}")
+    try:
+        form = answer_format(request)
+    except ValueError as exc:
+        return _error(400, str(exc), "invalid_request_error", param="response_format")
     seed_of = {k: v for k, v in request.items() if k not in ("stream", "stream_options")}
     seed = hashlib.sha256(_encode(seed_of)).digest()
-    turn = plan_turn(request, model, seed)
+    turn = plan_turn(request, plays, seed, form)
     prompt = estimate_prompt_tokens(request)
     usage = {
         "prompt_tokens": prompt, "completion_tokens": turn.tokens,
@@ -135,9 +151,12 @@ def simulate(path: str, body: bytes) -> SimResponse:
                                       "accepted_prediction_tokens": 0,
                                       "rejected_prediction_tokens": 0},
     }
-    head = {"id": "chatcmpl-sim" + seed.hex()[:24], "created": int(time.time()),
+    # Random, not seeded: two calls alike are still two answers to a client that keys
+    # answers by id (the content is what stays the same).
+    answer_id = secrets.token_hex(12)
+    head = {"id": "chatcmpl-sim" + answer_id, "created": int(time.time()),
             "model": model, "system_fingerprint": "fp_sim"}
-    headers = {"x-request-id": "req_sim_" + seed.hex()[:16]}
+    headers = {"x-request-id": "req_sim_" + answer_id[:16]}
     if request.get("stream") is True:
         options = request.get("stream_options")
         with_usage = isinstance(options, dict) and options.get("include_usage") is True

@@ -8,6 +8,7 @@ new temporary directory.
 
 import re
 import subprocess
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,17 @@ import pytest
 from sessionwarden.cmd.demo import STEPS
 from sessionwarden.cmd.demo_config import DEMO_CONFIG, check_offline
 from sessionwarden.cmd.errors import CommandError
-from sessionwarden.config import parse_config
-from sessionwarden.events import CODEC, ContextCompressed, ToolResultSpilled
+from sessionwarden.config import SIM_PRICE, parse_config
+from sessionwarden.domain.session import session_stream
+from sessionwarden.events import (
+    CODEC,
+    CallAdmitted,
+    CallCompleted,
+    CallRefused,
+    ContextCompressed,
+    SessionStarted,
+    ToolResultSpilled,
+)
 from sessionwarden.store import EventLog
 
 from tests.cmd.daemon_fixtures import (
@@ -29,13 +39,20 @@ from tests.cmd.daemon_fixtures import (
 
 _LOG = re.compile(r"^the demo's log: (\S+) ", re.MULTILINE)
 _CONFIG = re.compile(r"^its config: (\S+) ", re.MULTILINE)
-#: The demo's calls: 4 short steps, then the long session's 10 (run_tests, the call that
-#: sends its spilled result, 8 read_file turns until the 12,750-token threshold).
+_SESSION = re.compile(r", session (demo-[0-9a-f]+)$", re.MULTILINE)
+#: The calls of the demo's session: 4 short steps, then the long session's 10 (run_tests,
+#: the call that sends its spilled result, 8 read_file turns until the 12,750-token
+#: threshold).
 _CALLS = 14
-#: Its log: SessionStarted, per call CallAdmitted (with its request record) +
-#: CallCompleted, one ToolResultSpilled, one ContextCompressed, and the checkpoint of the
-#: clean stop.
-_EVENTS = 1 + 2 * _CALLS + 1 + 1 + 1
+#: Its session's stream: SessionStarted, per call CallAdmitted (with its request record)
+#: + CallCompleted, one ToolResultSpilled, one ContextCompressed. The log also has the
+#: spend cap step's session and its cap (SessionCapSet), and the checkpoint of the clean
+#: stop.
+_EVENTS = 1 + 2 * _CALLS + 1 + 1
+#: Until domain/price_book.py prices the built-in sim's priced models (Config.builtin_price),
+#: sim/priced costs $0 and no cap trips (the change is in the report of issue 20 §6).
+_NEEDS_PRICE_BOOK = pytest.mark.xfail(
+    strict=True, reason="domain/price_book.py does not price sim/priced yet")
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -66,6 +83,12 @@ def _events(db: Path) -> list[Any]:
                 if CODEC.knows(e.type)]
 
 
+def _session(out: str) -> str:
+    match = _SESSION.search(out)
+    assert match, out
+    return match.group(1)
+
+
 def _assert_played(out: str, db: Path) -> None:
     for number, step in enumerate(STEPS, 1):
         assert f"{number:>3}. {step.title}:" in out
@@ -75,11 +98,16 @@ def _assert_played(out: str, db: Path) -> None:
             < out.index(f"$ sessionwarden status --db {db} --session demo-")
             < out.index("$ sessionwarden usage"))
     assert "sessions:" in out and "REQUESTS" in out and "total" in out
+    session = _session(out)
     rows = ledger_rows(db)
-    assert len(rows) == _CALLS
+    ours = [r for r in rows.values() if r["session_id"] == session]
+    assert len(ours) == _CALLS
     assert {(r["provider"], r["status"], r["source"]) for r in rows.values()} == {
         ("sim", 200, "provider")}
     assert all(r["output_tokens"] > 0 for r in rows.values())
+    # the spend cap step's calls, in a session of their own, on sim's priced model
+    assert {(r["session_id"], r["model"]) for r in rows.values() if r not in ours} == {
+        (f"{session}-capped", "priced")}
     _assert_spilled_and_compressed(out, db)
 
 
@@ -117,11 +145,51 @@ def test_the_demo_plays_its_script_on_a_fresh_temporary_log(tmp_path: Path) -> N
     verified = subprocess.run([*sessionwarden_cmd(), "replay", "--verify", "--db", str(db)],
                               env=clean_env(), capture_output=True, text=True, timeout=60)
     assert verified.returncode == 0
-    assert verified.stdout.startswith(f"ok: {_EVENTS} events verified")
+    session = _session(result.stdout)
+    with EventLog(db, readonly=True) as log:
+        assert log.stream_version(session_stream(session)) == _EVENTS
+        capped = log.stream_version(session_stream(f"{session}-capped"))
+    # the demo's session, the cap step's session and its cap, the clean stop's checkpoint
+    assert verified.stdout.startswith(f"ok: {_EVENTS + capped + 1 + 1} events verified")
     # the daemon's configuration: the demo's model, beside the log, nothing else
     match = _CONFIG.search(result.stdout)
     assert match and Path(match.group(1)) == db.parent / "config.toml"
     assert (db.parent / "config.toml").read_text() == DEMO_CONFIG.lstrip()
+
+
+@_NEEDS_PRICE_BOOK
+def test_the_demo_shows_a_spend_cap_refusing_a_call(tmp_path: Path) -> None:
+    result, db = _demo(tmp_path)
+    out, session = result.stdout, f"{_session(result.stdout)}-capped"
+    # the capped session: one call answered and charged, the next refused unsent
+    with EventLog(db, readonly=True) as log:
+        events = [CODEC.decode(e.type, e.data)
+                  for e in log.read_stream(session_stream(session), 0)]
+    assert [type(e) for e in events] == [SessionStarted, CallAdmitted, CallCompleted,
+                                         CallRefused]
+    refused = events[-1]
+    assert isinstance(refused, CallRefused)
+    assert (refused.stage, refused.status, refused.code) == ("budgets", 402, "cap_exhausted")
+    [row] = [r for r in ledger_rows(db).values() if r["session_id"] == session]
+    assert SIM_PRICE.input is not None and SIM_PRICE.output is not None
+    cost = (row["input_tokens"] * SIM_PRICE.input
+            + row["output_tokens"] * SIM_PRICE.output).scaleb(-6)
+    assert (row["model"], row["cost_status"], Decimal(row["cost"])) == ("priced", "actual",
+                                                                         cost)
+    assert 0 < cost < Decimal("0.001")
+    # ...as the step says it: the cap, what the first call cost, the refusal's own words
+    step = out[out.index("  6. a spend cap refuses a call:\n"):out.index("  7. ")]
+    assert f"a new session, {session}, capped at $0.001 through the control API" in step
+    left = Decimal("0.001") - cost
+    assert f"${cost.normalize():f} spent, ${left.normalize():f} left;" in step
+    assert "the same call again no longer fits: the daemon refuses it unsent," in step
+    said = " ".join(line.strip() for line in step.splitlines()[6:])
+    assert said.startswith("402 cap_exhausted: this request may cost up to ")
+    assert f"the session cap of session {session}" in said
+    # and the usage of the log sees its exact cost
+    usage = subprocess.run([*sessionwarden_cmd(), "usage", "--db", str(db), "--json"],
+                           env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 0 and f"{cost.normalize():f}" in usage.stdout
 
 
 def test_the_demo_writes_to_the_log_db_names(tmp_path: Path) -> None:
@@ -192,3 +260,19 @@ def test_a_demo_whose_daemon_cannot_start_says_why_in_one_line(
     assert line.startswith("sessionwarden: the demo's daemon exited 74 at start: ")
     assert "Traceback" not in result.stdout + result.stderr
     assert running.ledger() == {}  # the running daemon's log got nothing
+
+
+def test_demo_help_says_which_log_it_writes_without_db(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from sessionwarden.cmd.main import build_parser
+
+    def help_of(command: str) -> str:
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([command, "--help"])
+        return " ".join(capsys.readouterr().out.split())
+
+    assert ("--db DB the log to write to (default: a new one in a new temporary "
+            "directory, kept; $SESSIONWARDEN_DB is not used)") in help_of("demo")
+    # the other commands' --db keeps its own help
+    assert "--db DB event log (default: $SESSIONWARDEN_DB" in help_of("events")

@@ -2,15 +2,21 @@
 
 Answers are validated with the official SDK's own types (``openai.types.chat``), and
 streams are read with the daemon's own stream reader (:class:`ChatStream`), as the proxy
-reads them.
+reads them. Structured answers are validated by pydantic models against whose JSON
+schema they were asked for, as a client's SDK validates them.
 """
 
 import asyncio
 import json
-from typing import Any
+import math
+import time
+from datetime import date, datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
 
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from pydantic import BaseModel, Field
 from sessionwarden.domain.summary import HEADER, summary_end
 from sessionwarden.upstream.chat_completions import ChatStream
 from sessionwarden.upstream.sim import SimResponse, estimate_prompt_tokens, simulate
@@ -70,6 +76,17 @@ def test_the_prompt_estimate_grows_with_the_request() -> None:
     with_tools = estimate_prompt_tokens({"messages": [{"role": "user", "content": "hi"}],
                                          "tools": TOOLS})
     assert short < 10 and 490 < long < 520 and with_tools > short + 40
+
+
+def test_every_answer_has_its_own_id_but_the_same_content() -> None:
+    first, second = ask(), ask()
+    one, two = read(first), read(second)
+    assert one["choices"] == two["choices"]
+    # ids differ, as two answers of a provider do: a framework that merges by id must not
+    assert one["id"] != two["id"] and one["id"].startswith("chatcmpl-sim")
+    assert first.headers["x-request-id"] != second.headers["x-request-id"]
+    streamed = chunks(ask(stream=True, stream_options={"include_usage": True}))
+    assert len({c.id for c in streamed}) == 1 and streamed[0].id not in (one["id"], two["id"])
 
 
 def test_the_same_request_gets_the_same_answer_streamed_or_not() -> None:
@@ -214,3 +231,126 @@ def test_the_daemons_summary_is_no_request_and_its_turns_count() -> None:
     assert finish({"role": "user", "content": HEADER + "\n" + summary_end(1)}) == "tool_calls"
     # A request that quotes the mark elsewhere is still a request.
     assert finish({"role": "user", "content": "about " + HEADER}) == "tool_calls"
+
+
+class Step(BaseModel):
+    action: str
+    minutes: Annotated[int, Field(ge=5, le=7)]
+
+
+class Node(BaseModel):
+    """A recursive model: the value must end."""
+
+    name: str
+    children: list["Node"]
+    parent: "Node | None"
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    lives: int
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    good: bool
+
+
+class Plan(BaseModel):
+    """What structured-output clients ask for: nesting, bounds, formats, unions, tuples."""
+
+    title: Annotated[str, Field(min_length=40, max_length=45)]
+    steps: Annotated[list[Step], Field(min_length=3)]
+    ratio: Annotated[float, Field(gt=0, lt=1)]
+    priority: Literal["low", "high"]
+    due: date | None
+    at: datetime
+    ref: UUID
+    tree: Node
+    pet: Cat | Dog = Field(discriminator="kind")
+    pair: tuple[int, str]
+    tags: dict[str, int]
+
+
+def schema_format(model: type[BaseModel]) -> dict[str, Any]:
+    """``response_format`` as the openai SDK sends it for ``model``."""
+    return {"type": "json_schema", "json_schema": {
+        "name": model.__name__, "schema": model.model_json_schema(), "strict": True}}
+
+
+def test_a_json_schema_answer_is_valid_against_the_schema_streamed_or_not() -> None:
+    answer = ChatCompletion.model_validate(read(ask(response_format=schema_format(Plan))))
+    choice = answer.choices[0]
+    assert choice.finish_reason == "stop" and choice.message.content
+    plan = Plan.model_validate_json(choice.message.content)
+    assert len(plan.steps) == 3 and all(5 <= s.minutes <= 7 for s in plan.steps)
+    assert plan.tree.children == [] and plan.tree.parent is None  # the recursion ended
+    # one completion token a four-character piece, and a stream's pieces are the JSON
+    assert answer.usage is not None
+    assert answer.usage.completion_tokens == math.ceil(len(choice.message.content) / 4)
+    parsed = chunks(ask(response_format=schema_format(Plan), stream=True))
+    pieces = [c.choices[0].delta.content for c in parsed if c.choices[0].delta.content]
+    assert "".join(pieces) == choice.message.content and len(pieces) > 10
+    # the same request, the same JSON; another request, other values
+    assert read(ask(response_format=schema_format(Plan)))["choices"][0]["message"][
+        "content"] == choice.message.content
+    other = read(ask("priced", response_format=schema_format(Plan)))
+    assert Plan.model_validate_json(other["choices"][0]["message"]["content"]) != plan
+
+
+def test_a_json_object_answer_is_an_object_and_max_tokens_cuts_json_too() -> None:
+    asked = {"role": "user", "content": "Reply in JSON."}
+    body = {"model": "chat", "messages": [asked], "response_format": {"type": "json_object"}}
+    content = read(simulate("/chat/completions", json.dumps(body).encode()))[
+        "choices"][0]["message"]["content"]
+    assert content.startswith("(sim)", len('{"answer":"'))
+    assert isinstance(json.loads(content)["answer"], str)
+    cut = read(simulate("/chat/completions", json.dumps({**body, "max_tokens": 3}).encode()))
+    assert cut["choices"][0]["finish_reason"] == "length"
+    assert cut["choices"][0]["message"]["content"] == content[:12]
+    assert cut["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize(("response_format", "says"), [
+    ({"type": "json_object"}, "must contain the word 'json'"),  # as OpenAI checks it
+    ({"type": "json_schema"}, "Missing required parameter: 'response_format.json_schema'"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": []}}, "expected an object"),
+    ({"type": "yaml"}, "'text', 'json_object' or 'json_schema'"),
+    ("json", "'text', 'json_object' or 'json_schema'"),
+])
+def test_a_malformed_response_format_is_a_400(response_format: object, says: str) -> None:
+    response = ask(response_format=response_format)
+    assert response.status == 400
+    error = read(response)["error"]
+    assert says in error["message"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", "response_format")
+
+
+def test_a_text_response_format_is_a_text_answer() -> None:
+    content = read(ask(response_format={"type": "text"}))["choices"][0]["message"]["content"]
+    assert content.startswith("(sim) You asked: ")
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "array", "minItems": 10**9, "items": {"type": "array", "minItems": 10**9}},
+    {"type": "object", "required": ["me"], "properties": {"me": {"$ref": "#"}}},
+    {"type": "string", "minLength": 10**9},
+    {"type": "array", "minItems": 64, "items": {"type": "array", "minItems": 64, "items": {
+        "type": "string", "minLength": 4_000}}},
+    {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}},
+])
+def test_a_hostile_schema_gets_a_bounded_answer_soon(schema: dict[str, Any]) -> None:
+    began = time.process_time()
+    response = ask(response_format={"type": "json_schema",
+                                    "json_schema": {"name": "x", "schema": schema}})
+    assert response.status == 200
+    assert len(read(response)["choices"][0]["message"]["content"]) < 200_000
+    assert time.process_time() - began < 5  # CPU time: not wall-clock speed
+
+
+def test_the_priced_models_play_another_model() -> None:
+    chat = ChatCompletion.model_validate(read(ask("priced")))
+    assert chat.model == "priced" and chat.choices[0].message.content
+    agent = ChatCompletion.model_validate(read(ask("priced-agent-2", tools=TOOLS)))
+    assert agent.model == "priced-agent-2" and agent.choices[0].finish_reason == "tool_calls"
+    assert ask("priced-error-429").status == 429
