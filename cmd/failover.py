@@ -60,7 +60,7 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
     now = rt.clock.now()
     status = 0 if streamed else response.status
     last_known, age = None, 0.0
-    if status == 429:  # a limit the key hit earlier may make this one genuine
+    if status == 429 and call.lease.fingerprint:  # a limit it hit may make this genuine
         last_known, age = await asyncio.to_thread(
             _last_known, rt, call.provider.name, call.lease.fingerprint, now)
     found = classify(status, {k.lower(): v for k, v in response.headers.items()},
@@ -68,8 +68,14 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
                      provider=call.provider.name, api_mode=call.provider.api_mode,
                      shared_limits=call.provider.shared_limits, book=rt.patterns)
     call.error_class = found.error_class
-    failure = key_failure(found, status, now, call.provider.shared_limits)
     lease = call.lease
+    if not lease.fingerprint:
+        # A keyless provider (the built-in sim, a local server) has no key to bench and
+        # none to fail over to: only the call's own recovery applies.
+        if found.recovery == "compress_and_retry":
+            return await _resend(rt, call, found, response.status, adapter)
+        return await _retry(call, found, response.status)
+    failure = key_failure(found, status, now, call.provider.shared_limits)
     try:
         await ask(rt.ref("credentials"), KeyFailed(lease.provider, lease.fingerprint, failure))
     except (ActorUnavailable, StoreError) as exc:

@@ -329,7 +329,7 @@ async def _attempt(
             return True
         early: bytes | None = None
         too_large = False
-        if response.status >= 400 and keyed:
+        if response.status >= 400:
             # An error answer is read (at most so far) before anything reaches the
             # client, so a key's failure can still go to another key (a stream's too:
             # its status comes before its first byte).

@@ -8,7 +8,9 @@ and without I/O: the library's data is imported once and only read.
 **Order** (hermes-behaviour §3.4-3.5, issue 12 "Prices"):
 
 1. ``[[providers]] billing = "included"`` → ``included`` (a subscription route: $0, with
-   its own status so it is never mistaken for a free model or a missing price).
+   its own status so it is never mistaken for a free model or a missing price) — except
+   the built-in ``sim``'s priced models (``sim/priced``, ``Config.builtin_price``): their
+   documented price, source ``builtin``, version ``sim``, so caps can be tried offline.
 2. A ``[[models]]`` entry of that provider with a ``price`` override → its prices win,
    kind by kind: a kind the override leaves empty keeps the library's rate, if any. The
    override is exact and flat, so the library's tiers are dropped for the overridden
@@ -104,6 +106,7 @@ class PriceBook:
             (m.provider, m.name): m.price for m in config.models if m.price is not None
         }
         self._listings: Mapping[str, PriceListing] = {}
+        self._builtin = config.builtin_price
 
     @property
     def listings(self) -> Mapping[str, PriceListing]:
@@ -130,7 +133,11 @@ class PriceBook:
                 ``speed``); None or empty for the standard prices.
         """
         if provider in self._included:
-            return _INCLUDED
+            builtin = self._builtin(provider, model)
+            if builtin is None:
+                return _INCLUDED
+            return PriceLookup(kind="price", price=msgspec.structs.replace(
+                _override(builtin, None), source="builtin", version="sim"))
         override = self._overrides.get((provider, model))
         listing = self._listings.get(provider)
         listed = None if listing is None else listing.price(model)

@@ -49,10 +49,6 @@ _CALLS = 14
 #: spend cap step's session and its cap (SessionCapSet), and the checkpoint of the clean
 #: stop.
 _EVENTS = 1 + 2 * _CALLS + 1 + 1
-#: Until domain/price_book.py prices the built-in sim's priced models (Config.builtin_price),
-#: sim/priced costs $0 and no cap trips (the change is in the report of issue 20 §6).
-_NEEDS_PRICE_BOOK = pytest.mark.xfail(
-    strict=True, reason="domain/price_book.py does not price sim/priced yet")
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -157,7 +153,6 @@ def test_the_demo_plays_its_script_on_a_fresh_temporary_log(tmp_path: Path) -> N
     assert (db.parent / "config.toml").read_text() == DEMO_CONFIG.lstrip()
 
 
-@_NEEDS_PRICE_BOOK
 def test_the_demo_shows_a_spend_cap_refusing_a_call(tmp_path: Path) -> None:
     result, db = _demo(tmp_path)
     out, session = result.stdout, f"{_session(result.stdout)}-capped"

@@ -33,13 +33,6 @@ TOOLS: list[Any] = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
                    "required": ["path"]}}}]
 ASK: list[Any] = [{"role": "user", "content": "Summarise the plan in one line."}]
-#: Until domain/price_book.py prices the built-in sim's priced models (Config.builtin_price)
-#: and cmd/proxy.py + cmd/failover.py judge a keyless provider's error answers, these
-#: fail (the changes are in the report of issue 20 §6).
-_NEEDS_PRICE_BOOK = pytest.mark.xfail(
-    strict=True, reason="domain/price_book.py does not price sim/priced yet")
-_NEEDS_PROXY = pytest.mark.xfail(
-    strict=True, reason="cmd/proxy.py does not classify a keyless provider's error answer")
 
 
 class Step(BaseModel):
@@ -212,7 +205,6 @@ def test_sim_chat_costs_nothing(bare: Daemon) -> None:
     assert (row["cost"], row["cost_status"]) == ("0", "included")
 
 
-@_NEEDS_PRICE_BOOK
 def test_sim_priced_costs_its_documented_price_and_a_spend_cap_trips_on_it(
     bare: Daemon,
 ) -> None:
@@ -249,7 +241,6 @@ def test_sim_priced_costs_its_documented_price_and_a_spend_cap_trips_on_it(
     assert Decimal(session["cost"]) == sum(Decimal(r["cost"]) for r in rows) > cost
 
 
-@_NEEDS_PROXY
 @pytest.mark.parametrize(("model", "error_class", "retries"), [
     ("sim/error-429", "rate_limit", 0),
     ("sim/error-500", "server_error", 2),

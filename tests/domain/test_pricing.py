@@ -231,6 +231,20 @@ def test_included_billing(book: PriceBook) -> None:
     assert book.lookup("sim", "anything", at=NOW).kind == "included"  # built-in provider
 
 
+def test_the_builtin_sims_priced_models_cost_their_documented_price(book: PriceBook) -> None:
+    for model in ("priced", "priced-agent-3"):
+        lookup = book.lookup("sim", model, at=NOW)
+        assert lookup.price == Price(source="builtin", version="sim", input=D("2.00"),
+                                     output=D("8.00"))
+    assert cost(usage(input_tokens=1_000_000, output_tokens=1_000_000),
+                book.lookup("sim", "priced", at=NOW)).amount == D("10")
+    # a provider called sim in the config is the user's own: its billing decides
+    own = PriceBook(Config(providers=(provider("sim", "http://127.0.0.1:9/v1",
+                                               billing="included"),)),
+                    library=book.library)
+    assert own.lookup("sim", "priced", at=NOW).kind == "included"
+
+
 def test_unknown_providers_and_models(book: PriceBook) -> None:
     # a local server with "openai" in its name is not OpenAI, and gpt-4o there is not priced
     local = book.lookup("openai-compatible", "gpt-4o", at=NOW)
