@@ -11,6 +11,7 @@ without libfaketime, whose patched timed waits hang a daemon. The test suite is 
 it once a year ahead to show it depends on no date (README, the test command).
 """
 
+import asyncio
 import os
 import re
 import time
@@ -52,6 +53,10 @@ class Clock(Protocol):
         """Seconds on a clock that never goes back (for durations and deadlines)."""
         ...
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` on this clock (a policy's wait, such as a retry's backoff)."""
+        ...
+
 
 class SystemClock:
     """The machine's clocks (the wall clock shifted by ``SESSIONWARDEN_CLOCK_OFFSET``)."""
@@ -69,6 +74,10 @@ class SystemClock:
     def monotonic(self) -> float:
         """``time.monotonic()``."""
         return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        """``asyncio.sleep(seconds)``."""
+        await asyncio.sleep(seconds)
 
 
 class FakeClock:
@@ -88,6 +97,15 @@ class FakeClock:
     def monotonic(self) -> float:
         """The fake monotonic clock (moves with :meth:`advance`)."""
         return self._mono
+
+    async def sleep(self, seconds: float) -> None:
+        """Move the clock by ``seconds`` at once, then yield to the event loop.
+
+        A wait the policy decides (a retry's backoff) passes in no real time, as the
+        clock says it did: tests of retries cost nothing and see the time it took.
+        """
+        self.advance(seconds)
+        await asyncio.sleep(0)
 
     def advance(self, seconds: float) -> None:
         """Move both clocks forward by ``seconds`` (never backwards)."""

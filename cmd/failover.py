@@ -74,7 +74,7 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
         # none to fail over to: only the call's own recovery applies.
         if found.recovery == "compress_and_retry":
             return await _resend(rt, call, found, response.status, adapter)
-        return await _retry(call, found, response.status)
+        return await _retry(rt, call, found, response.status)
     failure = key_failure(found, status, now, call.provider.shared_limits)
     try:
         await ask(rt.ref("credentials"), KeyFailed(lease.provider, lease.fingerprint, failure))
@@ -84,7 +84,7 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
     if found.recovery == "compress_and_retry":
         return await _resend(rt, call, found, response.status, adapter)
     if not fails_over(found):
-        return await _retry(call, found, response.status)
+        return await _retry(rt, call, found, response.status)
     call.tried.append(lease.fingerprint)
     try:
         following = await ask(rt.ref("credentials"),
@@ -224,7 +224,7 @@ def _last_known(rt: Runtime, provider: str, credential: str,
             max(0.0, (now - newest).total_seconds()))
 
 
-async def _retry(call: ProxiedCall, found: Classification, status: int) -> bool:
+async def _retry(rt: Runtime, call: ProxiedCall, found: Classification, status: int) -> bool:
     """Wait, then send again with the same key (True), if the class asks for a retry.
 
     Overload, 5xx and timeouts only, before anything reached the client, at most
@@ -242,7 +242,7 @@ async def _retry(call: ProxiedCall, found: Classification, status: int) -> bool:
                                      error_class=found.error_class))
     logger.info("call {}: {} ({}); retry {} in {:.2f} s", call.call_id, status or "no answer",
                 found.error_class, call.retries, delay)
-    await asyncio.sleep(delay)
+    await rt.clock.sleep(delay)  # the injected clock: a test's retries cost no time
     return True
 
 
@@ -259,4 +259,4 @@ async def retry_transport(rt: Runtime, call: ProxiedCall, transport: Transport) 
                 lease.provider, lease.fingerprint, key_failure(found, 0, now)))
         except (ActorUnavailable, StoreError) as exc:
             logger.warning("call {}: failure not recorded: {}", call.call_id, exc)
-    return await _retry(call, found, 0)
+    return await _retry(rt, call, found, 0)

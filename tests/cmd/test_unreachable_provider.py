@@ -14,10 +14,12 @@ In-process daemons on a fake clock; "nothing listening" is a port bound then clo
 """
 
 import json
+import math
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -195,12 +197,17 @@ def test_a_real_timeout_is_called_one_and_the_breaker_says_why_and_until_when(
     refused = failed(daemon)
     # The keys are fine (keys list says ok): not a 429 naming them, but the breaker,
     # why, and the moment `breaker list` shows.
+    # The retries' waits passed on the daemon's clock too: the breaker, opened by the
+    # last timeout, returns 30 s after it, so in 30 s less the last wait.
+    wait = datetime.fromisoformat(row["until"]) - daemons.clock.now()
+    left = math.ceil(wait.total_seconds())
+    assert 27 <= left <= 30
     assert refused.status_code == 503 and refused.body["code"] == "provider_overloaded"
     assert refused.body["message"] == (
         "provider 'fake' cannot take calls now: it kept failing (overloaded, 5xx or timing "
-        "out), so its breaker is open (`sessionwarden breaker list`); retry in 30 s, at "
+        f"out), so its breaker is open (`sessionwarden breaker list`); retry in {left} s, at "
         f"{row['until']} (nothing was sent upstream)")
-    assert refused.response.headers["retry-after"] == "30"
+    assert refused.response.headers["retry-after"] == str(left)
     assert refused.response.headers[CALL_ID]
     assert len(daemons.used()) == sent
     code, out = cli(capsys, daemons.clock, "breaker", "list", "--db", db)
@@ -209,7 +216,7 @@ def test_a_real_timeout_is_called_one_and_the_breaker_says_why_and_until_when(
     assert code == 0 and {r["state"] for r in json.loads(out)} == {"ok"}
     # At `until` one call probes; it is served, and the breaker closes.
     daemons.fake.state.by_model.clear()
-    daemons.clock.advance(30)
+    daemons.clock.advance(wait.total_seconds())
     with daemon.openai(session="s") as client:
         assert client.chat.completions.create(
             model=MODEL, messages=HI).choices  # type: ignore[arg-type]
