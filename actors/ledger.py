@@ -31,6 +31,7 @@ Stream ``budgets``: SessionCapSet, a session's cap set through the control API.
 """
 
 from collections.abc import Callable
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -45,6 +46,7 @@ from sessionwarden.actors.messages import (
     BudgetOf,
     HasCaps,
     ReleaseBudget,
+    ReserveRoute,
     SetSessionCap,
     Settle,
     new_event,
@@ -54,11 +56,14 @@ from sessionwarden.config import Config
 from sessionwarden.domain.budgets import (
     BudgetCall,
     Caps,
+    Refusal,
+    Reservation,
     Reserved,
     Scope,
     Spend,
     adopt,
     charge,
+    move,
     rebuild,
     release,
     reserve,
@@ -174,6 +179,8 @@ class UsageLedgerActor(GovernedActor):
         if isinstance(message, Settle):
             self._settle(message)
             return None
+        if isinstance(message, ReserveRoute):
+            return self._reserve_route(message)
         if isinstance(message, ReleaseBudget):
             held = self._spend.open.get(message.call_id)
             if held is not None:
@@ -214,23 +221,7 @@ class UsageLedgerActor(GovernedActor):
             self._spend = spend
             return msgspec.structs.replace(request, parent_session=parent)
         now = self._clock.now()
-        worst: Decimal | None = None
-        if self._prices is not None:
-            entry = self._config.model_for(request.provider, request.model)
-            fields = getattr(request.body, "fields", None)
-            bound = output_bound(requested_max_tokens(fields),
-                                 entry.max_output_tokens if entry is not None else None,
-                                 requested_choices(fields))
-            try:
-                lookup = self._prices.lookup(request.provider, request.model, at=now)
-            except Exception as exc:  # the price data's own failure: no price, said so
-                logger.warning("call {}: no price for {}/{} ({}: {})", request.call_id,
-                               request.provider, request.model, type(exc).__name__, exc)
-            else:
-                worst = call_worst_case(lookup, _input_estimate(request), bound)
-        decided = reserve(spend, self._caps, BudgetCall(
-            call_id=request.call_id, session_id=session, provider=request.provider,
-            worst_case=worst), now)
+        decided = reserve(spend, self._caps, self._budget_call(request, now), now)
         if isinstance(decided, Reserved):
             self._spend = decided.spend
             return msgspec.structs.replace(request, parent_session=parent,
@@ -238,10 +229,46 @@ class UsageLedgerActor(GovernedActor):
         self._spend = spend
         return msgspec.structs.replace(request, parent_session=parent, budget=decided)
 
+    def _budget_call(self, request: CallRequest, now: datetime) -> BudgetCall:
+        """What ``request`` asks to reserve: its worst case and output bound, priced now."""
+        worst: Decimal | None = None
+        entry = self._config.model_for(request.provider, request.model)
+        fields = getattr(request.body, "fields", None)
+        bound = output_bound(requested_max_tokens(fields),
+                             entry.max_output_tokens if entry is not None else None,
+                             requested_choices(fields))
+        if self._prices is not None:
+            try:
+                lookup = self._prices.lookup(request.provider, request.model, at=now)
+            except Exception as exc:  # the price data's own failure: no price, said so
+                logger.warning("call {}: no price for {}/{} ({}: {})", request.call_id,
+                               request.provider, request.model, type(exc).__name__, exc)
+            else:
+                worst = call_worst_case(lookup, _input_estimate(request), bound)
+        return BudgetCall(call_id=request.call_id, session_id=request.session_id,
+                          provider=request.provider, worst_case=worst, output_bound=bound)
+
+    def _reserve_route(self, message: ReserveRoute) -> Reservation | Refusal:
+        """Hold the call's fallback route instead of its first reservation, or refuse it.
+
+        Priced as at admission, with the route's model (its price, its output limit)
+        and provider (its daily cap), before anything is sent there.
+        """
+        request = msgspec.structs.replace(message.request, provider=message.provider,
+                                          model=message.model)
+        now = self._clock.now()
+        decided = move(self._spend, self._caps, self._budget_call(request, now), now)
+        if isinstance(decided, Refusal):
+            return decided  # nothing changed: the call keeps what it holds
+        self._spend = decided.spend
+        return decided.reservation
+
     def _settle(self, message: Settle) -> None:
         cost = None if message.cost is None else Decimal(message.cost)
         held = self._spend.open.get(message.call_id)
         if held is not None:
+            if message.bounded:  # read no further than its reservation holds
+                cost = held.amount if cost is None else min(cost, held.amount)
             self._spend = settle(self._spend, held, cost)
         else:  # a side call, a call admitted while no cap applied, or before a restart
             if self._folded(message.call_id):

@@ -37,6 +37,7 @@ __all__ = [
     "RequestCompaction",
     "Reroute",
     "Resend",
+    "ReserveRoute",
     "Resume",
     "SetSessionCap",
     "Settle",
@@ -241,6 +242,9 @@ class Settle(msgspec.Struct, frozen=True):
 
     Its reservation becomes the cost; a call that held none (a side call, or any call
     while no cap applies) is charged, its session adopted by ``parent`` if it is new.
+    ``bounded``: the call's stream was cut at its reserved output bound, so it is charged
+    its reservation at most (its recorded cost is our estimate, which may count a few
+    input tokens more than the reservation's).
     """
 
     call_id: str
@@ -248,6 +252,7 @@ class Settle(msgspec.Struct, frozen=True):
     provider: str
     cost: str | None
     parent: str = ""
+    bounded: bool = False
 
 
 class HasCaps(msgspec.Struct, frozen=True):
@@ -258,6 +263,20 @@ class ReleaseBudget(msgspec.Struct, frozen=True):
     """Tell the UsageLedgerActor that ``call_id`` will not be sent: free its reservation."""
 
     call_id: str
+
+
+class ReserveRoute(msgspec.Struct, frozen=True):
+    """Ask the UsageLedgerActor to hold a call's fallback route before it is sent there.
+
+    ``request`` is the call as admitted; ``provider`` and ``model`` the route. The route's
+    worst case (its model's price and output bound) replaces the call's reservation, in
+    the route's scopes (``domain.budgets.move``). Reply: the new ``Reservation``, or the
+    ``Refusal`` when it does not fit (the call keeps the one it holds).
+    """
+
+    request: CallRequest
+    provider: str
+    model: str
 
 
 class SetSessionCap(msgspec.Struct, frozen=True):

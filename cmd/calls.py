@@ -74,6 +74,7 @@ class ProxiedCall:
         "admitted",
         "attempts",
         "body",
+        "bounded",
         "call_id",
         "client_request",
         "error_class",
@@ -122,6 +123,9 @@ class ProxiedCall:
         self.attempts: list[CallAttempt] = []
         #: The class of the last upstream error (``domain.classifier``), "" if none.
         self.error_class = ""
+        #: Its stream was cut at the output bound its reservation holds (cmd/proxy.py):
+        #: the ledger charges it that reservation at most.
+        self.bounded = False
         note_call(self.call_id, session_id, provider.name, model)
 
     def outcome(self, outcome: str, **facts: Any) -> CallOutcome:
@@ -304,7 +308,7 @@ def _settle(rt: Runtime, call: ProxiedCall, done: CallCompleted, outcome: CallOu
             return
         rt.ref("ledger").tell(Settle(done.call_id, outcome.session_id, outcome.provider,
                                      done.cost if done.cost_status != "unknown" else None,
-                                     call.parent))
+                                     call.parent, bounded=call.bounded))
     except Exception:
         logger.warning("call {}: the ledger was not told its cost; its reservation stays "
                        "held until the next start", done.call_id)

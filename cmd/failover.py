@@ -14,7 +14,10 @@ most :data:`~sessionwarden.domain.classifier.MAX_RETRIES` times, jittered.
 :func:`retry_transport` does the same when no answer came at all, and once those
 retries are spent on an unreachable provider, :func:`route_around` moves the call to
 its model's fallback route as a benched provider's would be. Each failed attempt
-is noted on the call (``CallAttempt``) and lands in its one CallCompleted. Policy is the
+is noted on the call (``CallAttempt``) and lands in its one CallCompleted. A route is a
+call of its own to the spend caps: its worst case, at the route's price, is reserved
+against the route's scopes before anything goes there, and a route that does not fit
+raises :class:`RouteRefused` (the proxy answers the admission's 402). Policy is the
 domain's; this module only carries it out.
 """
 
@@ -22,14 +25,23 @@ import asyncio
 import random
 from datetime import datetime
 
+import msgspec
 from loguru import logger
 from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import KeyFailed, Lease, Release, Reroute, Resend
+from sessionwarden.actors.messages import (
+    KeyFailed,
+    Lease,
+    Release,
+    Reroute,
+    Resend,
+    ReserveRoute,
+)
 from sessionwarden.actors.views import read_buckets
 from sessionwarden.cmd.calls import ProxiedCall, release_key
 from sessionwarden.cmd.runtime import Runtime
-from sessionwarden.config import UnknownModel
+from sessionwarden.config import ProviderConfig, UnknownModel
+from sessionwarden.domain.budgets import Refusal, Reservation
 from sessionwarden.domain.calls import CallAttempt, CallRequest
 from sessionwarden.domain.classification import Classification, Transport
 from sessionwarden.domain.classifier import classify, retry_delay
@@ -41,10 +53,26 @@ from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.chat_completions import ChatCompletions
 from sessionwarden.upstream.client import UpstreamResponse
 
-__all__ = ["fail_over", "reroute", "retry_transport", "route_around"]
+__all__ = ["RouteRefused", "fail_over", "reroute", "retry_transport", "route_around"]
 
 #: The retries' jitter (not a secret: only spreads the retries of many calls apart).
 _RNG = random.Random()
+
+
+class RouteRefused(Exception):
+    """The call's fallback route does not fit a spend cap: refused, nothing sent there.
+
+    ``refusal`` is the ledger's (the admission's 402, its code and ``Retry-After``);
+    ``message`` says it with why the call needed its route. The call is to be recorded
+    as its own provider's failure was (``outcome``, ``status``: what the client would
+    have had without a route), the route's refusal in its error.
+    """
+
+    def __init__(self, refusal: Refusal, message: str, outcome: str = "no_credential",
+                 status: int = 0) -> None:
+        super().__init__(message)
+        self.refusal, self.message = refusal, message
+        self.outcome, self.status = outcome, status
 
 
 async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
@@ -154,7 +182,14 @@ async def _fall_back(rt: Runtime, call: ProxiedCall, error_class: str, status: i
     if admitted is None or failed is None or call.resent:
         return False
     release_key(rt, call)  # the route's key replaces it
-    routed = await reroute(rt, call, admitted, reason, wire=adapter)
+    try:
+        routed = await reroute(rt, call, admitted, reason, wire=adapter)
+    except RouteRefused as refused:
+        # Recorded as the provider's own failure (the answer it gave, or none), which
+        # releases the first reservation; the client gets the route's 402.
+        refused.outcome, refused.status = ("upstream_error", status) if status else (
+            "unreachable", 0)
+        raise
     if routed is None:
         return False
     _, fields, _ = routed
@@ -177,6 +212,13 @@ async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
     (its key, its price, its ledger row). Returns the route's adapter, the fields and
     whether usage was injected, or None: no fallback, or it cannot take the call either
     (or, given ``wire``, the route speaks another wire format).
+
+    While a cap may apply, the route's worst case is reserved first, in place of the
+    call's reservation (``ReserveRoute``); a ledger that is down sends nothing there (a
+    cap is never passed by because its keeper is down).
+
+    Raises:
+        RouteRefused: the route's worst case does not fit a cap (its key is given back).
     """
     entry = rt.config.model_for(call.provider.name, call.model)
     if entry is None or not entry.fallback or admitted.record is None:
@@ -195,19 +237,57 @@ async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
         logger.info("call {}: fallback {} cannot take it either: {}", call.call_id,
                     entry.fallback, exc)
         return None
+    def give_back() -> None:
+        rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint,
+                                           call_id=call.call_id))
+
+    held: Reservation | None = None
+    if rt.budgets_active:
+        try:
+            held = await _reserve_route(rt, call, admitted, provider, model, reason)
+        except RouteRefused:
+            give_back()
+            raise
+        except ActorUnavailable as exc:
+            logger.warning("call {}: the fallback route's cost cannot be held: {}",
+                           call.call_id, exc)
+            give_back()
+            return None
     try:
         await ask(rt.session_ref(call.session_id), Reroute(
             call.session_id, call.call_id, admitted.record, provider.name, model, fields,
             reason))
     except (ActorUnavailable, StoreError) as exc:
         logger.warning("call {}: the fallback route was not recorded: {}", call.call_id, exc)
-        rt.ref("credentials").tell(Release(lease.provider, lease.fingerprint,
-                                           call_id=call.call_id))
+        give_back()  # the route's reservation is released when the call is recorded
         return None
     logger.info("call {}: provider {} cannot take it ({}); sent to its fallback {}",
                 call.call_id, call.provider.name, reason, entry.fallback)
     call.provider, call.model, call.lease, call.released = provider, model, lease, False
+    if held is not None:  # the stream relay reads no further than its output bound
+        call.admitted = msgspec.structs.replace(admitted, budget=held)
     return adapter, fields, injected
+
+
+async def _reserve_route(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
+                         provider: ProviderConfig, model: str, reason: str) -> Reservation:
+    """The route's worst case held in place of the call's reservation, or RouteRefused.
+
+    Raises:
+        RouteRefused: it does not fit a cap.
+        ActorUnavailable: the ledger is not running.
+    """
+    decided = await ask(rt.ref("ledger"), ReserveRoute(admitted, provider.name, model))
+    if isinstance(decided, Reservation):
+        return decided
+    assert isinstance(decided, Refusal), decided
+    route = f"{provider.name}/{model}"
+    logger.info("call {}: provider {} cannot take it ({}); its fallback route {} is "
+                "refused: {}", call.call_id, call.provider.name, reason, route,
+                decided.code)
+    raise RouteRefused(decided, f"provider {call.provider.name} cannot take this call "
+                       f"({reason}) and its fallback route {route} does not fit the spend "
+                       f"caps: {decided.message}")
 
 
 def _last_known(rt: Runtime, provider: str, credential: str,

@@ -28,7 +28,10 @@ benched, unreachable, not recorded — carries ``x-sessionwarden-call-id`` and t
 header, so ``sessionwarden replay`` finds the call the client saw fail.
 
 When the client disconnects mid-stream, the upstream is drained (up to
-``[daemon] drain_timeout_s``) for its usage and the call is recorded all the same.
+``[daemon] drain_timeout_s``) for its usage and the call is recorded all the same. A
+stream whose call holds a spend-cap reservation is read no further than the output bound
+reserved for it, drained or relayed: an upstream that writes past it is cut there, and
+the call is charged what its reservation holds at most (``_relay_stream``).
 """
 
 import asyncio
@@ -51,15 +54,23 @@ from sessionwarden.cmd.calls import (
     return_lease,
     take_lease,
 )
-from sessionwarden.cmd.failover import fail_over, reroute, retry_transport, route_around
+from sessionwarden.cmd.failover import (
+    RouteRefused,
+    fail_over,
+    reroute,
+    retry_transport,
+    route_around,
+)
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.watch import ClientGone, ClientWatch
 from sessionwarden.config import UnknownModel
+from sessionwarden.domain.budgets import Reservation
 from sessionwarden.domain.calls import CallRequest, RequestShape
 from sessionwarden.domain.conversation import Conversation, derived_session_id
 from sessionwarden.domain.errors import KeysBenched, NoCredential
 from sessionwarden.domain.ratelimits import rate_limit_headers
+from sessionwarden.domain.usage_estimate import tokens_from_chars
 from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
@@ -207,7 +218,11 @@ async def chat_completions(
     try:
         await take_lease(call, leasing)
     except KeysBenched as exc:
-        routed = await reroute(rt, call, verdict.request, exc.reason)
+        try:
+            routed = await reroute(rt, call, verdict.request, exc.reason)
+        except RouteRefused as refused:
+            await _refuse_route(rt, call, send, refused, str(exc))
+            return
         if routed is None:
             await complete(rt, call, call.outcome("no_credential", error=str(exc)))
             await _benched(send, exc, call)
@@ -277,8 +292,30 @@ async def _forward(
                                      send)
             if relayed:
                 return
+    except RouteRefused as refused:  # its last key failed, and its route does not fit
+        await _refuse_route(rt, call, send, refused, call.error_class)
     finally:
         client.close()
+
+
+async def _refuse_route(rt: Runtime, call: ProxiedCall, send: ASGISend,
+                        refused: RouteRefused, failure: str) -> None:
+    """The call's fallback route does not fit a cap: the admission's 402, recorded.
+
+    The call is recorded as its own provider's failure (``failure`` says what it was),
+    the route's refusal in its error, so its first reservation is released; nothing was
+    sent to the route.
+    """
+    error = f"{failure}; {refused.message}" if failure else refused.message
+    await complete(rt, call, call.outcome(refused.outcome, status=refused.status,
+                                          error=_short(error, 600)))
+    headers = _ids(call)
+    if call.error_class:
+        headers.append((b"x-sessionwarden-error-class", call.error_class.encode()))
+    if refused.refusal.retry_after_s:
+        headers.append((b"retry-after", str(refused.refusal.retry_after_s).encode()))
+    await send_error(send, refused.refusal.status, refused.message,
+                     kind=refused.refusal.kind, code=refused.refusal.code, headers=headers)
 
 
 async def _attempt(
@@ -485,9 +522,19 @@ async def _relay_stream(
     rt: Runtime, call: ProxiedCall, reader: ChatStream, response: UpstreamResponse,
     chunks: AsyncIterator[bytes], head: bytes, client: ClientWatch, send: ASGISend,
 ) -> None:
-    """Relay a stream: ``head`` (its first bytes, read already), then the rest of ``chunks``."""
+    """Relay a stream: ``head`` (its first bytes, read already), then the rest of ``chunks``.
+
+    Under a spend cap, no further than the output bound its reservation holds: the
+    event that takes the output seen past it is neither relayed nor followed (the
+    upstream's connection is closed; the client, if still there, gets an
+    ``output_bound_exceeded`` error event instead of ``[DONE]``), and the call is
+    recorded with the output counted at the bound — its usage never came, so the
+    estimate stands, flagged — so it is charged no more than it reserved.
+    """
     disconnected = asyncio.Event()
     broke = ""
+    bound = _reserved_bound(call)
+    cut = False
 
     async def forward(data: bytes) -> None:
         if disconnected.is_set() or not data:
@@ -501,13 +548,27 @@ async def _relay_stream(
     def outcome() -> str:
         if disconnected.is_set():
             return "client_disconnected"
-        return "ok" if reader.done and not broke else "truncated"
+        return "ok" if reader.done and not broke and not cut else "truncated"
+
+    def past_bound(data: bytes) -> bool:
+        """Whether ``data`` (fed already) took the output past the bound: then cut."""
+        nonlocal cut
+        cut = bound is not None and tokens_from_chars(reader.output_chars) > bound
+        return cut
 
     async def record() -> bool:
+        usage, chars, error = reader.usage_block, reader.output_chars, broke
+        if cut and bound is not None:
+            call.bounded = True  # the ledger charges it its reservation at most
+            # A usage block seen before the end is not the end's (the upstream sends
+            # the final one last); what was read past the bound was never relayed.
+            usage, chars = None, min(chars, bound * 4)
+            error = (f"the upstream wrote past the {bound} output tokens reserved for this "
+                     f"call (about {tokens_from_chars(reader.output_chars)} seen): read no "
+                     "further, output counted at the bound")
         return await complete(rt, call, call.outcome(
-            outcome(), status=200, usage_block=reader.usage_block, has_output=True,
-            output_chars=reader.output_chars,
-            rate_limit_headers=rate_limit_headers(response.headers), error=broke,
+            outcome(), status=200, usage_block=usage, has_output=True, output_chars=chars,
+            rate_limit_headers=rate_limit_headers(response.headers), error=error,
         ))
 
     loop = asyncio.get_running_loop()
@@ -527,14 +588,20 @@ async def _relay_stream(
             client.on_gone(left)
             try:
                 await _start(rt, send, 200, response, call, None)
-                if head:
-                    await forward(reader.feed(head))
-                async for chunk in chunks:
-                    await forward(reader.feed(chunk))
-                    if disconnected.is_set() and reader.usage_block is not None:
-                        break
+                data = reader.feed(head) if head else b""
+                if not past_bound(data):
+                    await forward(data)
+                    async for chunk in chunks:
+                        data = reader.feed(chunk)
+                        if past_bound(data):
+                            break
+                        await forward(data)
+                        if disconnected.is_set() and reader.usage_block is not None:
+                            break
             finally:
                 reading = False
+        if cut:
+            response.close()  # the rest is never read: the upstream may stop writing
     except (aiohttp.ClientError, TimeoutError, EventTooLarge) as exc:
         broke = _short(str(exc) if isinstance(exc, EventTooLarge) else type(exc).__name__)
         logger.warning("call {}: upstream stream ended early: {}", call.call_id, broke)
@@ -549,6 +616,10 @@ async def _relay_stream(
         return
     if not recorded:
         tail = sse_error(_NOT_RECORDED, "server_error", "not_recorded")
+    elif cut:
+        tail = sse_error(f"the upstream wrote past the {bound} output tokens this call "
+                         "reserved under its spend cap; the answer is cut there",
+                         "upstream_error", "output_bound_exceeded")
     elif outcome() == "truncated":
         # No [DONE] came: the client must not take a cut-off answer for a whole one. An
         # unfinished event is dropped: relayed, it would only garble the error after it.
@@ -561,6 +632,14 @@ async def _relay_stream(
                     "body": default_redactor.scrub_secrets(tail)})
     except Exception:
         pass
+
+
+def _reserved_bound(call: ProxiedCall) -> int | None:
+    """The output tokens the call's spend-cap reservation holds (None: it holds none)."""
+    held = call.admitted.budget if call.admitted is not None else None
+    if isinstance(held, Reservation) and held.output_bound > 0:
+        return held.output_bound
+    return None
 
 
 async def _start(

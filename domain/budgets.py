@@ -81,6 +81,7 @@ __all__ = [
     "adopt",
     "charge",
     "display_usd",
+    "move",
     "rebuild",
     "release",
     "reserve",
@@ -167,6 +168,9 @@ class BudgetCall(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     provider: str
     worst_case: Decimal | None
+    #: The output tokens the worst case counts (``domain.worst_case.output_bound``): the
+    #: proxy reads a stream no further (0: no bound known).
+    output_bound: int = 0
 
 
 class Reservation(msgspec.Struct, frozen=True):
@@ -174,6 +178,7 @@ class Reservation(msgspec.Struct, frozen=True):
 
     ``scopes`` are those it was reserved in (session, ancestors, provider's day, day);
     it settles in its session's lineage as known then, and the same two day scopes.
+    ``output_bound`` is the output the amount holds (:attr:`BudgetCall.output_bound`).
     """
 
     call_id: str
@@ -181,6 +186,7 @@ class Reservation(msgspec.Struct, frozen=True):
     amount: Decimal
     scopes: tuple[Scope, ...]
     unpriced: bool = False
+    output_bound: int = 0
 
 
 class Spend(msgspec.Struct, frozen=True):
@@ -395,7 +401,7 @@ def reserve(spend: Spend, caps: Caps, call: BudgetCall, now: datetime) -> Reserv
         return _refusal(CODE_CAP_EXHAUSTED, scope, cap, tally, needed, now)
     amount = _ZERO if needed is None else needed
     reservation = Reservation(call.call_id, call.session_id, amount, scopes,
-                              unpriced=needed is None)
+                              unpriced=needed is None, output_bound=call.output_bound)
     changes = {}
     for scope in scopes:
         old = _get(buckets, scope)
@@ -437,6 +443,19 @@ def release(spend: Spend, reservation: Reservation) -> Spend:
     Raises :class:`~sessionwarden.domain.errors.UnknownCall` if it holds none.
     """
     return _close(spend, reservation, _ZERO, 0)
+
+
+def move(spend: Spend, caps: Caps, call: BudgetCall, now: datetime) -> Reserved | Refusal:
+    """A reserved call goes elsewhere (its model's fallback route): hold ``call`` instead.
+
+    The route's worst case replaces the reservation the call holds (if any), in the
+    route's scopes (its provider's day): released first, so the call never counts twice
+    against a scope both share, then reserved as :func:`reserve` does. A refusal leaves
+    ``spend`` as it was — the call keeps its first reservation until it ends, as a call
+    not sent anywhere else (its error answer then releases it).
+    """
+    held = spend.open.get(call.call_id)
+    return reserve(spend if held is None else release(spend, held), caps, call, now)
 
 
 def charge(spend: Spend, session_id: str, provider: str, cost: Decimal | None,
