@@ -29,7 +29,7 @@ from sessionwarden.store import EventLog, RecordedEvent, replay
 
 __all__ = ["REPLAY_EXIT_CODES", "add_log_commands"]
 
-#: ``replay`` exit codes by kind of finding; documented in README.md.
+#: ``replay`` exit codes by kind of finding; documented in docs/logs-and-exit-codes.md.
 REPLAY_EXIT_CODES = {
     "missing": 3,
     "modified": 3,

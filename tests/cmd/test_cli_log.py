@@ -172,7 +172,8 @@ def test_replay_exit_code_names_the_kind_of_damage(
 
 
 def test_replay_exit_codes_are_the_documented_ones() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    page = Path(__file__).resolve().parents[2] / "docs" / "logs-and-exit-codes.md"
+    readme = page.read_text()
     for kind, code in REPLAY_EXIT_CODES.items():
         row = next(line for line in readme.splitlines() if line.startswith(f"| {code} |"))
         assert f"`{kind}`" in row

@@ -1,8 +1,8 @@
 """The CLI's entry point (cmd/main.py): bad usage of any kind has one exit code, 64.
 
-argparse exits 2 on its own errors; README documents 64 (EX_USAGE) for every bad usage,
-the ones argparse finds (unknown option, missing command, a value of the wrong type) and
-the ones the commands find (``usage --since yesterday``) alike.
+argparse exits 2 on its own errors; docs/logs-and-exit-codes.md documents 64 (EX_USAGE)
+for every bad usage, the ones argparse finds (unknown option, missing command, a value of
+the wrong type) and the ones the commands find (``usage --since yesterday``) alike.
 """
 
 import subprocess
@@ -14,7 +14,7 @@ from sessionwarden.cmd.main import main
 from sessionwarden.store import EventLog
 
 EX_USAGE = 64
-README = Path(__file__).resolve().parents[2] / "README.md"
+EXIT_CODES = Path(__file__).resolve().parents[2] / "docs" / "logs-and-exit-codes.md"
 
 
 @pytest.fixture
@@ -74,8 +74,8 @@ def test_help_and_version_still_exit_0(capsys: pytest.CaptureFixture[str]) -> No
     assert "sessionwarden" in capsys.readouterr().out
 
 
-def test_readme_documents_one_exit_code_for_bad_usage() -> None:
-    rows = [line for line in README.read_text().splitlines() if line.startswith("| ")]
+def test_the_docs_document_one_exit_code_for_bad_usage() -> None:
+    rows = [line for line in EXIT_CODES.read_text().splitlines() if line.startswith("| ")]
     usage_rows = [row for row in rows if "bad" in row and "usage" in row]
     assert [row.split("|")[1].strip() for row in usage_rows] == ["64"]
     assert not any(row.startswith("| 2 |") for row in rows)
