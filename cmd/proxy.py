@@ -70,7 +70,7 @@ from sessionwarden.domain.calls import CallRequest, RequestShape
 from sessionwarden.domain.conversation import Conversation, derived_session_id
 from sessionwarden.domain.errors import KeysBenched, NoCredential
 from sessionwarden.domain.ratelimits import rate_limit_headers
-from sessionwarden.domain.usage_estimate import tokens_from_chars
+from sessionwarden.domain.stream_bound import past_bound
 from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
@@ -524,17 +524,19 @@ async def _relay_stream(
 ) -> None:
     """Relay a stream: ``head`` (its first bytes, read already), then the rest of ``chunks``.
 
-    Under a spend cap, no further than the output bound its reservation holds: the
-    event that takes the output seen past it is neither relayed nor followed (the
-    upstream's connection is closed; the client, if still there, gets an
-    ``output_bound_exceeded`` error event instead of ``[DONE]``), and the call is
-    recorded with the output counted at the bound — its usage never came, so the
-    estimate stands, flagged — so it is charged no more than it reserved.
+    Under a spend cap, no further than the output bound its reservation holds
+    (``domain.stream_bound``): the chunk that takes the output seen past it is neither
+    relayed nor followed (the upstream's connection is closed; the client, if still
+    there, gets an ``output_bound_exceeded`` error event instead of ``[DONE]``), and the
+    call is recorded with the output counted at the bound — its usage never came, so
+    the estimate stands, flagged — and charged no more than it reserved.
     """
     disconnected = asyncio.Event()
     broke = ""
     bound = _reserved_bound(call)
     cut = False
+    #: Chunks read in which the output grew: no more than the events that carried it.
+    grew = 0
 
     async def forward(data: bytes) -> None:
         if disconnected.is_set() or not data:
@@ -550,22 +552,29 @@ async def _relay_stream(
             return "client_disconnected"
         return "ok" if reader.done and not broke and not cut else "truncated"
 
-    def past_bound(data: bytes) -> bool:
-        """Whether ``data`` (fed already) took the output past the bound: then cut."""
-        nonlocal cut
-        cut = bound is not None and tokens_from_chars(reader.output_chars) > bound
-        return cut
+    def fed(chunk: bytes) -> bytes | None:
+        """Feed ``chunk``; what to relay of it, or None: it took the output past the bound."""
+        nonlocal cut, grew
+        before = reader.output_chars
+        data = reader.feed(chunk)
+        if bound is None:
+            return data
+        grew += reader.output_chars > before
+        cut = past_bound(bound, reader.output_chars, grew)
+        return None if cut else data
 
     async def record() -> bool:
         usage, chars, error = reader.usage_block, reader.output_chars, broke
         if cut and bound is not None:
             call.bounded = True  # the ledger charges it its reservation at most
             # A usage block seen before the end is not the end's (the upstream sends
-            # the final one last); what was read past the bound was never relayed.
-            usage, chars = None, min(chars, bound * 4)
+            # the final one last), and what was read past the bound was not relayed:
+            # the output is counted at the bound it went past.
+            usage, chars = None, bound * 4
             error = (f"the upstream wrote past the {bound} output tokens reserved for this "
-                     f"call (about {tokens_from_chars(reader.output_chars)} seen): read no "
-                     "further, output counted at the bound")
+                     f"call ({reader.output_chars} characters seen): read no further; "
+                     "output counted at the bound, charged to the caps at its "
+                     "reservation at most")
         return await complete(rt, call, call.outcome(
             outcome(), status=200, usage_block=usage, has_output=True, output_chars=chars,
             rate_limit_headers=rate_limit_headers(response.headers), error=error,
@@ -588,12 +597,12 @@ async def _relay_stream(
             client.on_gone(left)
             try:
                 await _start(rt, send, 200, response, call, None)
-                data = reader.feed(head) if head else b""
-                if not past_bound(data):
+                data = fed(head) if head else b""
+                if data is not None:
                     await forward(data)
                     async for chunk in chunks:
-                        data = reader.feed(chunk)
-                        if past_bound(data):
+                        data = fed(chunk)
+                        if data is None:
                             break
                         await forward(data)
                         if disconnected.is_set() and reader.usage_block is not None:

@@ -302,3 +302,24 @@ def test_a_connected_stream_past_its_bound_is_cut_there(
     settled(daemon, "here")
     assert Decimal(budget(daemon, "here")["spent"]) <= RESERVED
     nothing_open(daemon)
+
+
+def test_an_honest_stream_that_ends_at_its_limit_is_relayed_whole(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start(made, tmp_path, fake, CAPPED)
+    # 100 tokens of 5 characters, one an event: more than 100 tokens by characters / 4,
+    # but an answer that stopped at its max_tokens, as its usage says.
+    fake.state.by_model["priced"] = {"reply": "word " * 100, "stream_chunks": 100,
+                                     **usage(10, 100)}
+    body = {"model": "priced", "messages": HI, "max_tokens": 100, "stream": True}
+    with httpx.stream("POST", f"http://127.0.0.1:{daemon.port}/v1/chat/completions",
+                      json=body, headers={"Authorization": f"Bearer {daemon.token}",
+                                          "X-Session-Id": "honest"}, timeout=30) as resp:
+        call_id = resp.headers["x-sessionwarden-call-id"]
+        text = resp.read().decode()
+    assert text.endswith("data: [DONE]\n\n") and text.count("word") == 100
+    done = recorded(daemon, "honest", call_id)
+    assert (done.outcome, done.source, done.output_tokens) == ("ok", "provider", 100)
+    assert done.cost == "0.00082000"
+    nothing_open(daemon)
