@@ -22,8 +22,11 @@ ledger afresh (:meth:`UsageLedgerActor.load`: every cost and every session's par
 in the log), so it holds what every session already spent.
 
 The proxy tells :class:`Settle` once the completion is durable (the reservation becomes
-the real cost; a side call, which reserved nothing, is charged) and
-:class:`ReleaseBudget` when a reserved call is not sent after all. A lost message
+the real cost, at most the reservation for a stream cut at its output bound; a side
+call, which reserved nothing, is charged) and :class:`ReleaseBudget` when a reserved
+call is not sent after all. A call going to its model's fallback route asks
+:class:`ReserveRoute` first: the route's worst case replaces its reservation, or the
+route is refused. A lost message
 leaves money reserved until the next start (conservative: a cap never overshoots
 because a message went missing).
 

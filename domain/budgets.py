@@ -52,6 +52,10 @@ Decisions where the issue is silent:
   holds none raises :class:`~sessionwarden.domain.errors.UnknownCall`.
 - A stream cancelled after the provider started billing is settled with its partial
   cost (or None), not released: :func:`release` is for calls that cost nothing.
+- A call sent to its model's fallback route is a new call to the caps (issue 21 §5):
+  :func:`move` replaces its reservation with the route's worst case in the route's
+  scopes, or refuses it and leaves the first one held. A reservation carries the output
+  bound its amount holds, which the proxy reads a stream no further than.
 - A past day's tallies are dropped at the first reservation of a new day once nothing is
   reserved in them (the ledger, not this state, answers questions about past days).
 """
