@@ -163,6 +163,45 @@ fallback = "pricey"
                               "max_tokens": 250}).status_code == 200
 
 
+def test_a_route_its_call_alone_exceeds_is_refused_after_the_last_key_failed(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    extra = f"""
+[[providers]]
+name = "backup"
+base_url = "{fake.base_url}"
+keys = ["env:BACKUP_KEY"]
+daily_usd = "0.001"
+[[models]]
+name = "pricey"
+provider = "backup"
+context_length = 128000
+{PRICE}
+[[models]]
+name = "main"
+provider = "fake"
+context_length = 128000
+fallback = "pricey"
+"""
+    daemon = start(made, tmp_path, fake, extra, BACKUP_KEY="sk-test-bk-" + secrets.token_hex(8))
+    for name in ("FAKE_KEY_A", "FAKE_KEY_B"):
+        fake.state.by_key[daemon.keys[name]] = GENUINE
+    answer = post(daemon, "s", {"model": "main", "messages": HI, "max_tokens": 250})
+    assert answer.status_code == 402
+    error = answer.json()["error"]
+    assert error["code"] == "request_exceeds_cap" and "retrying cannot help" in error["message"]
+    assert "provider fake cannot take this call (no_usable_key)" in error["message"]
+    assert "retry-after" not in answer.headers  # waiting cannot help
+    assert answer.headers["x-sessionwarden-error-class"]  # the provider's failure
+    assert len(fake.state.snapshot()) == 2  # each key once; nothing reached the route
+    [done] = [e for e in events(daemon, "s") if isinstance(e, CallCompleted)]
+    # The provider's own failure stays recorded: its keys' attempts, its last answer.
+    assert (done.outcome, done.status) == ("upstream_error", 429)
+    assert len(done.attempts) == 1 and "backup/pricey" in done.error
+    assert not [e for e in events(daemon, "s") if isinstance(e, CallResent)]
+    nothing_open(daemon)
+
+
 def test_parallel_calls_on_a_fallback_route_hold_the_session_cap(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
 ) -> None:
