@@ -9,8 +9,9 @@ session's actor, which owns the completion, does, and a completion lost here (th
 died with it in its mailbox) is simply retried by the proxy, which this step tolerates.
 
 State: the last buckets recorded per (provider, key), recovered by :meth:`load` from
-``view_ratelimits``. The shared breaker arrives with the keys-and-limits issue and will
-fold the same observations.
+``view_ratelimits``. The provider breaker is not here: it is the CredentialPoolActor's
+(``actors/key_health.py``), judged from key states; a 429's classification reads these
+observations back from ``view_ratelimits``.
 
 The guard also owns the credits tracker (``actors/credits.py``): the credit headers ride
 with the rate-limit headers, and their events (``credits-<provider>``) join the same

@@ -1,8 +1,9 @@
 """The records of the event log: what is appended, what is stored, what an append returns.
 
-Vocabulary follows eventsourcing: records are nouns (:class:`NewEvent`,
+The vocabulary is KurrentDB's: records are nouns (:class:`NewEvent`,
 :class:`RecordedEvent`), operations say what happens to data (``append``,
-``read_stream``, ``read_all``). Stream versions start at 1; a stream with no events is
+``read_stream``, ``read_all``, an expected version); the guarantees are eventsourcing's
+(its conformance tests run against this store). Stream versions start at 1; a stream with no events is
 at version 0. A :class:`Content` is a piece of content-addressed data stored with an
 append (see ``sessionwarden.store.contents``).
 """
