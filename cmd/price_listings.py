@@ -13,11 +13,15 @@ listing (parsed by the pure ``domain/price_listing.py``). :class:`PriceListings`
   its prices) differs from the one in effect is appended as
   ``prices.listing_published.v1`` and adopted by the book once that append is durable:
   every call completed from then on is priced with it. The same prices again append
-  nothing.
+  nothing, and a listing that changes at every fetch is recorded at most
+  ``RECORD_BURST`` times per ``RECORD_WINDOW_S`` (``domain/price_listing.may_record``):
+  a change held back keeps the prices in effect until a refresh after the window.
 
 The fetch is bounded: 30 s in all (10 s to connect), at most ``MAX_LISTING_BYTES`` of
 body after decompression (read in chunks, so a bigger body is dropped before it is
-held), and the listing is parsed in a worker thread, off the loop. **No key is sent**:
+held), and the listing is parsed in a worker thread, off the loop; what is recorded is
+bounded too (``MAX_PRICED_MODELS``, ``MAX_RECORDED_BYTES``: a bigger listing is refused).
+**No key is sent**:
 a price listing is public (OpenRouter's ``/models`` needs no authentication), and the
 ``pricing_url`` may name another host than the provider's, which must never see its key.
 A failed fetch, an HTTP error or an unusable listing keeps the prices in effect and logs
@@ -32,10 +36,18 @@ import aiohttp
 from loguru import logger
 from sessionwarden import __version__
 from sessionwarden.actors.messages import new_event
+from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.config import Config, ProviderConfig
 from sessionwarden.domain.errors import ListingRejected
 from sessionwarden.domain.price_book import PriceBook
-from sessionwarden.domain.price_listing import MAX_LISTING_BYTES, PriceListing, parse_listing
+from sessionwarden.domain.price_listing import (
+    MAX_LISTING_BYTES,
+    RECORD_BURST,
+    RECORD_WINDOW_S,
+    PriceListing,
+    may_record,
+    parse_listing,
+)
 from sessionwarden.events import CODEC, PriceListingPublished
 from sessionwarden.store import EventLog
 from sessionwarden.store.errors import StoreError
@@ -113,12 +125,18 @@ async def _fetch(session: aiohttp.ClientSession, url: str) -> bytes:
 class PriceListings:
     """Keeps the price book's provider listings current (see the module doc)."""
 
-    def __init__(self, config: Config, log: EventLog, book: PriceBook) -> None:
+    def __init__(self, config: Config, log: EventLog, book: PriceBook,
+                 clock: Clock | None = None) -> None:
         """Serve the providers of ``config`` that have a ``pricing_url``."""
         self._providers = [p for p in config.providers if p.pricing_url]
         self._log = log
         self._book = book
+        self._clock = clock or SystemClock()
         self._heads: dict[str, int] = {}
+        #: When (``clock.monotonic()``) each provider's listings were recorded this run.
+        self._recorded: dict[str, list[float]] = {}
+        #: The version of a change held back, so it is reported once, not every refresh.
+        self._held: dict[str, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
 
@@ -179,6 +197,19 @@ class PriceListings:
         if current is not None and current.version == parsed.version:
             logger.debug("price listing of provider {} unchanged ({})", name, parsed.version)
             return True
+        now = self._clock.monotonic()
+        recorded = [t for t in self._recorded.get(name, ()) if now - t < RECORD_WINDOW_S]
+        self._recorded[name] = recorded
+        if not may_record(recorded, now):
+            # Prices that change at every fetch would be an event per refresh: held back.
+            if name not in self._held:
+                logger.warning(
+                    "price listing of provider {} changed again ({}); not recorded: at most "
+                    "{} listings per {:g} s; keeping {}", name, parsed.version, RECORD_BURST,
+                    RECORD_WINDOW_S, f"listing {current.version}" if current else
+                    "the library's prices")
+            self._held[name] = parsed.version
+            return True
         head = self._heads.get(name, 0)
         try:
             result = await self._log.append_async(
@@ -190,6 +221,8 @@ class PriceListings:
             self._heads[name] = self._log.stream_version(listing_stream(name))
             return False
         self._heads[name] = result.version
+        recorded.append(now)
+        self._held.pop(name, None)
         self._book.adopt(name, PriceListing.from_event(parsed.event()))
         logger.info("prices of provider {}: listing {} in effect ({} models, {} skipped)",
                     name, parsed.version, len(parsed.models), parsed.skipped)

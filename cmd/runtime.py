@@ -148,7 +148,7 @@ class Runtime:
         # Built once: the price library's data loads here (about 0.2 s), never per call.
         prices = PriceBook(config)
         #: Keeps the providers' price listings in ``prices`` current (``pricing_url``).
-        self.listings = PriceListings(config, self.log, prices)
+        self.listings = PriceListings(config, self.log, prices, clock=self.clock)
 
         specs = [
             ActorSpec("checkpoint", lambda f: CheckpointActor.start(

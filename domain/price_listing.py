@@ -17,7 +17,10 @@ from a published listing (``events.PriceListingPublished``). Pure: no I/O.
 JSON, not ``{"data": [...]}``, larger than :data:`MAX_LISTING_BYTES`, with more than
 :data:`MAX_MODELS` entries, or with no usable entry at all raises
 :class:`~sessionwarden.domain.errors.ListingRejected` (the caller keeps the prices it
-had). An entry is *skipped* (counted, never fatal) when it is not an object, its ``id``
+had). So does one whose *priced* models are more than :data:`MAX_PRICED_MODELS` or take
+more than :data:`MAX_RECORDED_BYTES` normalised: a listing is recorded whole in one
+event, and an event must stay small (OpenRouter's ~350 priced models take ~40 KiB).
+An entry is *skipped* (counted, never fatal) when it is not an object, its ``id``
 is not a string of 1-256 characters, its ``pricing`` is not an object, any price it gives
 is not a plain non-negative decimal (a number or a string of at most 40 characters; a
 negative price such as OpenRouter's ``"-1"`` for a router's variable price, ``NaN``,
@@ -34,11 +37,17 @@ search, a separate reasoning price) are not priced, as for the library.
 priced models, sorted by id, encoded canonically): the same prices give the same version
 whatever the order, spacing or spelling (``"0.0000030"``) of the listing, so an unchanged
 listing is recognised and not recorded again.
+
+**Recording rate** (:func:`may_record`): a listing whose prices change at every fetch
+(hostile, or a server that reorders a duplicate id) would be one event per refresh; at
+most :data:`RECORD_BURST` changed listings are recorded per provider within
+:data:`RECORD_WINDOW_S` — a real price change is rare, and one held back is recorded at
+the first refresh after the window, if it still differs.
 """
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
@@ -50,18 +59,31 @@ from sessionwarden.events.prices import ListedPrice, PriceListingPublished
 __all__ = [
     "MAX_LISTING_BYTES",
     "MAX_MODELS",
+    "MAX_PRICED_MODELS",
+    "MAX_RECORDED_BYTES",
+    "RECORD_BURST",
+    "RECORD_WINDOW_S",
     "SOURCE_LISTING",
     "ParsedListing",
     "PriceListing",
     "listing_version",
+    "may_record",
     "parse_listing",
 ]
 
 #: A listing larger than this is refused unread (OpenRouter's, with every model's
 #: description, is about 1-2 MiB).
 MAX_LISTING_BYTES = 16 << 20
-#: A listing with more entries than this is refused.
+#: A listing with more entries than this is refused (before any is parsed).
 MAX_MODELS = 20_000
+#: A listing pricing more models than this is refused: it is recorded whole, in one event.
+MAX_PRICED_MODELS = 5_000
+#: A listing whose normalised prices encode to more than this is refused, unrecorded.
+MAX_RECORDED_BYTES = 256 << 10
+#: At most this many changed listings are recorded per provider within
+#: :data:`RECORD_WINDOW_S` (the first of a run, and one real change soon after, pass).
+RECORD_BURST = 2
+RECORD_WINDOW_S = 300.0
 #: The ``cost_source`` prefix of a price from a listing: ``provider-listing@<version>``.
 SOURCE_LISTING = "provider-listing"
 
@@ -151,7 +173,20 @@ def _entry(raw: object) -> ListedPrice | None:
 def listing_version(models: Iterable[ListedPrice]) -> str:
     """The version of a normalised listing: a hash of its models sorted by id."""
     ordered = tuple(sorted(models, key=lambda m: m.model))
-    return hashlib.sha256(_ENCODER.encode(ordered)).hexdigest()[:16]
+    return _version(_ENCODER.encode(ordered))
+
+
+def _version(encoded: bytes) -> str:
+    return hashlib.sha256(encoded).hexdigest()[:16]
+
+
+def may_record(recorded: Sequence[float], now: float) -> bool:
+    """Whether a changed listing may be recorded at ``now`` (module doc, recording rate).
+
+    ``recorded`` are the monotonic times this provider's listings were recorded at.
+    """
+    recent = [t for t in recorded if now - t < RECORD_WINDOW_S]
+    return len(recent) < RECORD_BURST
 
 
 def parse_listing(body: bytes) -> ParsedListing:
@@ -181,8 +216,14 @@ def parse_listing(body: bytes) -> ParsedListing:
         models[entry.model] = entry
     if not models:
         raise ListingRejected(f"the listing prices no model ({skipped} entries unusable)")
+    if len(models) > MAX_PRICED_MODELS:
+        raise ListingRejected(f"the listing prices more than {MAX_PRICED_MODELS} models")
     ordered = tuple(models[m] for m in sorted(models))
-    return ParsedListing(listing_version(ordered), ordered, skipped)
+    encoded = _ENCODER.encode(ordered)  # what the version hashes: the event's bulk
+    if len(encoded) > MAX_RECORDED_BYTES:
+        raise ListingRejected(
+            f"the listing's prices take more than {MAX_RECORDED_BYTES >> 10} KiB")
+    return ParsedListing(_version(encoded), ordered, skipped)
 
 
 def _amount(text: str | None) -> Decimal | None:

@@ -25,7 +25,12 @@ from sessionwarden.config.parse import parse_config
 from sessionwarden.domain.credit_readings import parse_balance, parse_credit_headers
 from sessionwarden.domain.errors import ListingRejected
 from sessionwarden.domain.price_book import PriceBook
-from sessionwarden.domain.price_listing import MAX_MODELS, PriceListing, parse_listing
+from sessionwarden.domain.price_listing import (
+    MAX_MODELS,
+    MAX_PRICED_MODELS,
+    PriceListing,
+    parse_listing,
+)
 from sessionwarden.store import EventLog
 
 GOOD = {"id": "acme/good", "pricing": {"prompt": "0.000001", "completion": "0.000002"}}
@@ -74,7 +79,9 @@ def test_odd_ids_duplicates_and_size_limits() -> None:
     assert listing.price("acme/evil") is None
     many = [{"id": f"m{i}", "pricing": GOOD["pricing"]} for i in range(10_000)]
     started = time.monotonic()
-    assert len(parse_listing(body(*many)).models) == 10_001
+    assert len(parse_listing(body(*many[:MAX_PRICED_MODELS - 1])).models) == MAX_PRICED_MODELS
+    with pytest.raises(ListingRejected, match=f"prices more than {MAX_PRICED_MODELS} models"):
+        parse_listing(body(*many))  # recorded whole in one event: bounded (issue 21, 13)
     assert time.monotonic() - started < 5
     with pytest.raises(ListingRejected, match="more than"):
         parse_listing(json.dumps({"data": [GOOD] * (MAX_MODELS + 1)}).encode())

@@ -15,9 +15,14 @@ from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.price_listing import (
     MAX_LISTING_BYTES,
     MAX_MODELS,
+    MAX_PRICED_MODELS,
+    MAX_RECORDED_BYTES,
+    RECORD_BURST,
+    RECORD_WINDOW_S,
     ParsedListing,
     PriceListing,
     listing_version,
+    may_record,
     parse_listing,
 )
 from sessionwarden.domain.pricing import Price, cost
@@ -241,3 +246,24 @@ def test_the_event_round_trips(parsed: ParsedListing) -> None:
     event = parsed.event()
     again = msgspec.json.decode(msgspec.json.encode(event), type=type(event))
     assert PriceListing.from_event(again).prices == PriceListing.from_event(event).prices
+
+
+def test_a_listing_too_big_to_record_is_rejected() -> None:
+    # Issue 21, item 13: a listing is recorded whole, in one event; that event is bounded.
+    many = [entry(f"m{i}", prompt="0.000001", completion="0.000002")
+            for i in range(MAX_PRICED_MODELS + 1)]
+    with pytest.raises(ListingRejected, match=f"more than {MAX_PRICED_MODELS} models"):
+        parse_listing(listing(*many))
+    wide = [entry("acme/" + "x" * 200 + str(i), prompt="0.000001", completion="0.000002")
+            for i in range(MAX_RECORDED_BYTES // 200)]
+    with pytest.raises(ListingRejected, match="prices take more than"):
+        parse_listing(listing(*wide))
+    fits = parse_listing(listing(*wide[: len(wide) // 2]))
+    assert fits.version == listing_version(fits.models)
+
+
+def test_at_most_a_burst_of_listings_is_recorded_per_window() -> None:
+    assert may_record([], 0.0)
+    assert may_record([0.0] * (RECORD_BURST - 1), 1.0)
+    assert not may_record([0.0] * RECORD_BURST, 1.0)
+    assert may_record([0.0] * RECORD_BURST, RECORD_WINDOW_S)  # the window has passed
