@@ -19,49 +19,21 @@ A database whose ledger was written before this table existed gets it filled fro
 falls back to ``view_ledger``.
 """
 
-import decimal
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
 import apsw
+from sessionwarden.domain.recorded_cost import EXACT as _EXACT
+from sessionwarden.domain.recorded_cost import exact_sum
 
-__all__ = ["ROLLUP_TABLE", "add_to_rollup", "create_rollup", "exact_sum"]
+__all__ = ["ROLLUP_TABLE", "add_to_rollup", "create_rollup"]
 
 ROLLUP_TABLE = "view_ledger_daily"
-
-#: Adding exactly: far above any realistic sum of costs, so no digit is ever rounded.
-_EXACT = decimal.Context(prec=200, traps=[decimal.InvalidOperation, decimal.Overflow])
 
 _KEY = ("day", "session_id", "provider", "model", "credential", "source", "cost_status")
 _SUMS = ("calls", "input_tokens", "output_tokens", "cache_read_tokens",
          "cache_write_tokens", "reasoning_tokens", "unpriced")
-
-
-#: A recorded cost beyond these is junk (an altered log's), counted as unknown: above a
-#: trillion dollars a sum could overflow, and below 1e-150 it could not stay exact in
-#: 200 digits. The daemon's own costs (capped prices times token counts) are far inside.
-_MAX_COST = Decimal(10) ** 12
-_MIN_EXPONENT = -150
-
-
-def exact_sum(costs: Sequence[str | None]) -> tuple[Decimal, int]:
-    """The exact sum of the costs that are numbers, and how many were not (None or junk).
-
-    Junk: not a number, not finite, or absurd in size (see ``_MAX_COST``).
-    """
-    total, bad = Decimal(0), 0
-    for text in costs:
-        try:
-            value = Decimal(text) if text is not None else None
-        except decimal.InvalidOperation:
-            value = None
-        if value is None or not value.is_finite() or abs(value) > _MAX_COST or (
-                value and value.adjusted() < _MIN_EXPONENT):
-            bad += 1
-        else:
-            total = _EXACT.add(total, value)
-    return total, bad
 
 
 def create_rollup(conn: apsw.Connection) -> None:

@@ -13,9 +13,9 @@ in a log; a call of unknown cost counts $0 and in ``unknown_calls``, as at a res
 from decimal import Decimal
 
 from sessionwarden.actors.budget_views import BUDGET_COST
-from sessionwarden.actors.ledger_rollup import exact_sum
 from sessionwarden.config import Config
 from sessionwarden.domain.budgets import Tally
+from sessionwarden.domain.recorded_cost import exact_sum
 from sessionwarden.domain.spend_caps import SessionBudget, budget_of
 from sessionwarden.events import BUDGETS_STREAM, CODEC, SessionCapSet
 from sessionwarden.store import EventLog

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import apsw
-from sessionwarden.actors.ledger_rollup import exact_sum
 from sessionwarden.cmd.cli_usage import EXACT, Group, print_listing
 from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.errors import CommandError
@@ -44,6 +43,7 @@ from sessionwarden.cmd.terminal import Column, render_table, terminal_width
 from sessionwarden.domain.budgets import display_usd
 from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.pricing import cost
+from sessionwarden.domain.recorded_cost import exact_sum
 from sessionwarden.domain.usage import CanonicalUsage
 from sessionwarden.store import EventLog
 from sessionwarden.store.schema import translate

@@ -47,12 +47,12 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
-from decimal import Context, Decimal, InvalidOperation, Overflow
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 import apsw
-from sessionwarden.actors.ledger_rollup import ROLLUP_TABLE, exact_sum
+from sessionwarden.actors.ledger_rollup import ROLLUP_TABLE
 from sessionwarden.cmd.cli_keys import key_rows
 from sessionwarden.cmd.config import load_config
 from sessionwarden.cmd.credit_status import active_notices, notice_line
@@ -60,6 +60,7 @@ from sessionwarden.cmd.errors import CommandError, UsageError
 from sessionwarden.cmd.session_status import read_status, status_json, status_text
 from sessionwarden.cmd.terminal import Column, printable, render_table, terminal_width
 from sessionwarden.domain.budgets import display_usd
+from sessionwarden.domain.recorded_cost import EXACT, combined_status, exact_sum
 from sessionwarden.store import EventLog
 from sessionwarden.store.schema import translate
 
@@ -70,9 +71,6 @@ _BY_COLUMN = {
     "credential": "credential", "day": "day",
 }
 _KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
-#: Sums of costs are exact: the default context keeps 28 digits, and a total of a
-#: large and a tiny cost would be rounded silently.
-EXACT = Context(prec=200, traps=[InvalidOperation, Overflow])
 
 
 @dataclass
@@ -91,9 +89,7 @@ class Group:
     @property
     def cost_status(self) -> str:
         """The group's cost status under the module's rules."""
-        if not self.statuses or "unknown" in self.statuses:
-            return "unknown"
-        return next(iter(self.statuses)) if len(self.statuses) == 1 else "partial"
+        return combined_status(self.statuses)
 
     @property
     def cost(self) -> str | None:

@@ -28,6 +28,7 @@ from decimal import Decimal
 
 import msgspec
 from sessionwarden.domain.ratelimits import RateLimitBucket
+from sessionwarden.domain.recorded_cost import EXACT, combined_status, read_cost
 from sessionwarden.events import CallAdmitted, CallCompleted, Event
 
 __all__ = [
@@ -136,16 +137,16 @@ class _Part:
             self.tokens[kind] += getattr(event, f"{kind}_tokens")
         if event.source != "provider":
             self.sources[event.source] = self.sources.get(event.source, 0) + 1
-        amount = _amount(event.cost)
+        amount = read_cost(event.cost)
         if amount is None or event.cost_status == "unknown":
             self.unknown += 1
             self.statuses.add("unknown")
             return
         self.statuses.add(event.cost_status)
-        self.priced += amount
+        self.priced = EXACT.add(self.priced, amount)
         if event.cost_status == "estimated":
             self.estimated += 1
-            self.estimated_sum += amount
+            self.estimated_sum = EXACT.add(self.estimated_sum, amount)
 
     def merge(self, other: "_Part") -> None:
         self.requests += other.requests
@@ -154,16 +155,13 @@ class _Part:
         for kind in TOKEN_KINDS:
             self.tokens[kind] += other.tokens[kind]
         self.statuses |= other.statuses
-        self.priced += other.priced
-        self.estimated_sum += other.estimated_sum
+        self.priced = EXACT.add(self.priced, other.priced)
+        self.estimated_sum = EXACT.add(self.estimated_sum, other.estimated_sum)
         for source, n in other.sources.items():
             self.sources[source] = self.sources.get(source, 0) + n
 
     def tally(self) -> UsageTally:
-        if not self.statuses or "unknown" in self.statuses:
-            status = "unknown"
-        else:
-            status = next(iter(self.statuses)) if len(self.statuses) == 1 else "partial"
+        status = combined_status(self.statuses)
         priced = self.requests > self.unknown
         return UsageTally(
             requests=self.requests,
@@ -175,17 +173,6 @@ class _Part:
             estimated_requests=self.estimated,
             estimated_cost=str(self.estimated_sum) if self.estimated else None,
             sources=dict(sorted(self.sources.items())))
-
-
-def _amount(cost: str | None) -> Decimal | None:
-    """A recorded cost as a Decimal; None when absent or not a finite number."""
-    if cost is None:
-        return None
-    try:
-        amount = Decimal(cost)
-    except ArithmeticError:  # decimal.InvalidOperation: a foreign writer's string
-        return None
-    return amount if amount.is_finite() else None
 
 
 def fold_usage(events: Iterable[Event]) -> SessionUsage:
