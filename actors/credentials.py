@@ -25,7 +25,11 @@ benched key is never leased, and when none may be, the lease fails at once
 (``KeysBenched``: the proxy answers 429 with ``Retry-After`` without touching the
 upstream). :class:`KeyFailed` benches a key (folded before the reply, so the call's
 failover lease, asked next, avoids it); a :class:`Release` of a served call ends
-benches set before it was sent. Every transition is a KeyStateChanged on
+benches set before it was sent. :class:`RequestFault` lifts a bench a call's first key
+got for a failure its second key repeated (the request's fault, issue 21 §1), and
+:class:`NextReturn` tells when the provider takes calls again (the ``Retry-After`` of a
+relayed answer, issue 21 §3); both are this actor's alone, hence defined here. Every
+transition is a KeyStateChanged on
 ``credentials-<provider>`` (a BreakerChanged on ``ratelimits-<provider>``), recovered
 at start by folding those streams, so a restarted daemon keeps failing fast until the
 reset. Strategies are the domain's
@@ -36,7 +40,9 @@ every lease of it is granted, with no secret and no fingerprint.
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 
+import msgspec
 from loguru import logger
 from sessionwarden.actors.bridge import GovernedActor, Reply
 from sessionwarden.actors.errors import ActorCrash
@@ -59,6 +65,7 @@ from sessionwarden.actors.messages import (
 from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.config import ConfigError, ProviderConfig, resolve_key
 from sessionwarden.domain.errors import NoCredential
+from sessionwarden.domain.key_states import KeyFailure
 from sessionwarden.domain.pool import KeyState, Pool
 from sessionwarden.events import (
     BreakerChanged,
@@ -71,7 +78,8 @@ from sessionwarden.store import ANY, EventLog, StreamAppend
 from sessionwarden.store.errors import StoreError
 from sessionwarden.store.writer import AppendRequest
 
-__all__ = ["POLL_INTERVAL_S", "CredentialPoolActor", "credentials_stream"]
+__all__ = ["POLL_INTERVAL_S", "CredentialPoolActor", "NextReturn", "RequestFault",
+           "credentials_stream"]
 
 
 #: How often the lease path looks for the operator's changes in the log, in seconds.
@@ -79,6 +87,31 @@ POLL_INTERVAL_S = 0.5
 #: Why a provider whose last key the operator removed takes no call (a client reads it).
 _ALL_REMOVED = ("every key was removed with `sessionwarden keys remove` "
                 "(`sessionwarden keys add PROVIDER env:NAME` puts one back)")
+
+
+class RequestFault(msgspec.Struct, frozen=True):
+    """A call's key ``fingerprint`` failed, and its next key failed the same way.
+
+    ``failure`` is the later key's (it is not recorded: the request is at fault), sent
+    at ``before``. Reply: whether ``fingerprint``'s state agrees with that failure —
+    then its bench of that kind is lifted (``ok``, reason ``request_fault``, appended
+    as :class:`KeyFailed`'s events are) — or not (False: the two failures differ).
+    """
+
+    provider: str
+    fingerprint: str
+    failure: KeyFailure
+    before: datetime
+
+
+class NextReturn(msgspec.Struct, frozen=True):
+    """When the provider takes a call again: reply whole seconds, 0 now, None never.
+
+    The moment the pool's own refusal would name (the earliest key's return, the
+    breaker's end); None for an unknown or keyless provider, or every key dead.
+    """
+
+    provider: str
 
 
 def _operator_keys(history: list[Event]) -> dict[str, str]:
@@ -308,7 +341,7 @@ class CredentialPoolActor(GovernedActor):
         logger.warning("provider {} is unusable, calls to it get 503: {}", provider.name, why)
 
     def handle(self, message: object, reply: Reply) -> object:
-        """Dispatch Lease, Release, KeyFailed, UnusableProviders and LeasesInFlight."""
+        """Dispatch the pool's messages (Lease, Release, KeyFailed, RequestFault, …)."""
         if isinstance(message, Lease):
             if message.provider in self._keyless:
                 return Leased(message.provider, "", "")
@@ -355,6 +388,23 @@ class CredentialPoolActor(GovernedActor):
                 # own completion is; a crash in between loses a bench, never a call.
                 self._append(message.provider, events)
             return True
+        if isinstance(message, RequestFault):
+            pool = self._pools.get(message.provider)
+            health = self._health.get(message.provider)
+            if pool is None or health is None:
+                return False
+            same, events = health.request_fault(pool.fingerprints(), message.fingerprint,
+                                                message.failure, message.before,
+                                                self._clock.now())
+            if events:
+                self._append(message.provider, events)
+            return same
+        if isinstance(message, NextReturn):
+            pool = self._pools.get(message.provider)
+            health = self._health.get(message.provider)
+            if pool is None or health is None or not pool.keys:
+                return None
+            return health.next_return(pool.fingerprints(), self._clock.now())
         if isinstance(message, _NotRecorded):
             raise ActorCrash(f"provider {message.provider}: key health not recorded: "
                              f"{message.error}")

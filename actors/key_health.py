@@ -29,6 +29,7 @@ from sessionwarden.domain.key_states import (
     KeyFailure,
     KeyStates,
     on_failure,
+    on_request_fault,
     on_reset,
     on_success,
     usable,
@@ -146,6 +147,31 @@ class ProviderHealth:
         events += opened
         events += self._fold_all(on_keys_changed(self.breaker, self.keys, pool, now))
         return events
+
+    def request_fault(self, pool: list[str], fingerprint: str, failure: KeyFailure,
+                      before: datetime, now: datetime) -> tuple[bool, list[Event]]:
+        """Another key repeated ``fingerprint``'s failure: lift the bench it got for it.
+
+        Returns whether the two failures agree (``domain.key_states.on_request_fault``)
+        and the events: the key's lifted bench, and the breaker closing if it had opened
+        for want of a usable key.
+        """
+        same, lifted = on_request_fault(self.keys, fingerprint, failure, before, now)
+        events: list[Event] = self._fold_all(lifted)
+        if events:
+            events += self._fold_all(on_keys_changed(self.breaker, self.keys, pool, now))
+        return same, events
+
+    def next_return(self, pool: list[str], now: datetime) -> int | None:
+        """Whole seconds until a call may go to the provider: 0 now, None never by itself.
+
+        The moment a benched provider's refusal names (``domain.breaker.decide``): the
+        earliest key's return, the breaker's end, a probe's wait.
+        """
+        decision = decide(self.breaker, self.keys, pool, now)
+        if decision.action != "refuse":
+            return 0
+        return decision.retry_after
 
     def served(self, pool: list[str], fingerprint: str, sent_at: datetime,
                now: datetime) -> list[Event]:

@@ -28,6 +28,7 @@ from datetime import datetime
 import msgspec
 from loguru import logger
 from sessionwarden.actors.bridge import ask
+from sessionwarden.actors.credentials import RequestFault
 from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.messages import (
     KeyFailed,
@@ -46,7 +47,8 @@ from sessionwarden.domain.calls import CallAttempt, CallRequest
 from sessionwarden.domain.classification import Classification, Transport
 from sessionwarden.domain.classifier import classify, retry_delay
 from sessionwarden.domain.errors import KeysBenched, NoCredential
-from sessionwarden.domain.failover import fails_over, key_failure
+from sessionwarden.domain.failover import fails_over, key_failure, request_fault
+from sessionwarden.domain.key_states import KeyFailure
 from sessionwarden.domain.ratelimits import RateLimitSnapshot
 from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
@@ -81,8 +83,11 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
 
     The key is benched first (the pool replies once that is durable), so the next lease
     avoids it; each key is tried at most once per call, and a rotation is not a retry.
-    ``streamed``: ``body`` is the error event a 200 stream began with (judged by its
-    code and words, as an answer without an error status).
+    A billing or auth failure the previous key had just so (same status and class) is
+    the request's fault (:func:`_repeated`): that key's bench is lifted, this one is not
+    benched, and the answer is relayed. ``streamed``: ``body`` is the error event a 200
+    stream began with (judged by its code and words, as an answer without an error
+    status).
     """
     assert call.lease is not None
     now = rt.clock.now()
@@ -94,7 +99,8 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
     found = classify(status, {k.lower(): v for k, v in response.headers.items()},
                      body, now=now, last_known=last_known, last_known_age=age,
                      provider=call.provider.name, api_mode=call.provider.api_mode,
-                     shared_limits=call.provider.shared_limits, book=rt.patterns)
+                     shared_limits=call.provider.shared_limits, book=rt.patterns,
+                     quoted=_quoted(call))
     call.error_class = found.error_class
     lease = call.lease
     if not lease.fingerprint:
@@ -104,6 +110,8 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
             return await _resend(rt, call, found, response.status, adapter)
         return await _retry(rt, call, found, response.status)
     failure = key_failure(found, status, now, call.provider.shared_limits)
+    if await _repeated(rt, call, response.status, status, found, failure):
+        return False  # the request's fault: the client gets this answer, no key benched
     try:
         await ask(rt.ref("credentials"), KeyFailed(lease.provider, lease.fingerprint, failure))
     except (ActorUnavailable, StoreError) as exc:
@@ -129,6 +137,48 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
     logger.info("call {}: {} from key {}: failing over to key {}", call.call_id,
                 response.status, lease.fingerprint, following.fingerprint)
     return True
+
+
+def _quoted(call: ProxiedCall) -> tuple[str, ...]:
+    """What the upstream's error may quote of the request: the model's names.
+
+    The client chose them, so they are never read as the answer's words (issue 21 §1):
+    the name sent upstream, the client's own, and each one's last path segment.
+    """
+    names = [call.model]
+    if call.client_request is not None:
+        names.append(call.client_request.shape.model)
+    names += [name.rpartition("/")[2] for name in names]
+    return tuple(dict.fromkeys(name for name in names if name))
+
+
+async def _repeated(rt: Runtime, call: ProxiedCall, answered: int, status: int,
+                    found: Classification, failure: KeyFailure) -> bool:
+    """The call's previous key failed just so: the request's fault, not the keys' (True).
+
+    Same status and class as the attempt it failed over from (``domain.failover.
+    request_fault`` says which verdicts count); the pool then lifts that key's bench of
+    the same kind and records nothing against this one. ``answered`` is the answer's
+    HTTP status (what attempts record), ``status`` the classified one.
+    """
+    assert call.lease is not None
+    if not call.attempts or not request_fault(found, status):
+        return False
+    last = call.attempts[-1]
+    if last.credential == call.lease.fingerprint or last.credential not in call.tried \
+            or (last.status, last.error_class) != (answered, found.error_class):
+        return False
+    try:
+        same = await ask(rt.ref("credentials"), RequestFault(
+            call.lease.provider, last.credential, failure, call.sent_at or rt.clock.now()))
+    except (ActorUnavailable, StoreError) as exc:
+        logger.warning("call {}: a repeated failure not judged: {}", call.call_id, exc)
+        return False
+    if same:
+        logger.info("call {}: {} ({}) from key {} as from key {}: the request's fault, "
+                    "no key benched", call.call_id, answered, found.error_class,
+                    call.lease.fingerprint, last.credential)
+    return bool(same)
 
 
 async def _resend(rt: Runtime, call: ProxiedCall, found: Classification, status: int,

@@ -42,6 +42,7 @@ import aiohttp
 import msgspec
 from loguru import logger
 from sessionwarden.actors.bridge import ask
+from sessionwarden.actors.credentials import NextReturn
 from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.messages import AdmissionRefused, RecordRefusal
 from sessionwarden.cmd.access import note_call
@@ -69,7 +70,8 @@ from sessionwarden.domain.budgets import Reservation
 from sessionwarden.domain.calls import CallRequest, RequestShape
 from sessionwarden.domain.conversation import Conversation, derived_session_id
 from sessionwarden.domain.errors import KeysBenched, NoCredential
-from sessionwarden.domain.ratelimits import rate_limit_headers
+from sessionwarden.domain.failover import client_retry_after
+from sessionwarden.domain.ratelimits import parse_rate_limits, rate_limit_headers
 from sessionwarden.domain.stream_bound import past_bound
 from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
@@ -651,6 +653,36 @@ def _reserved_bound(call: ProxiedCall) -> int | None:
     return None
 
 
+#: The upstream's waits: never relayed as sent (issue 21 §3), see :func:`_retry_after`.
+_WAITS = frozenset({b"retry-after", b"retry-after-ms"})
+
+
+async def _retry_after(rt: Runtime, status: int, response: UpstreamResponse,
+                       call: ProxiedCall) -> bytes | None:
+    """The ``Retry-After`` of a relayed answer: when the pool takes a call again.
+
+    Only an error answer that is a 429 or came with a wait has one; it says when the
+    provider's pool has a key again (``NextReturn``), bounded and in whole seconds
+    (``domain.failover.client_retry_after``): never the upstream's value as sent (ten
+    years, ``-5``, a date in 2015), while its keys cool for seconds. A provider without
+    keys (or a pool that cannot be asked) has the upstream's value, read and bounded.
+    """
+    lowered = {k.lower(): v for k, v in response.headers.items()
+               if k.lower() in ("retry-after", "retry-after-ms")}
+    if status < 400 or not (status == 429 or lowered):
+        return None
+    upstream = parse_rate_limits(lowered, rt.clock.now()).retry_after_seconds
+    pool: int | None = None
+    keyed = call.lease is not None and bool(call.lease.fingerprint)
+    if keyed:
+        try:
+            pool = await ask(rt.ref("credentials"), NextReturn(call.provider.name))
+        except ActorUnavailable:
+            keyed = False  # nobody knows better than the upstream now
+    wait = client_retry_after(pool, upstream, keyed)
+    return None if wait is None else str(wait).encode()
+
+
 async def _start(
     rt: Runtime, send: ASGISend, status: int, response: UpstreamResponse, call: ProxiedCall,
     length: int | None, json: bool = False,
@@ -658,7 +690,10 @@ async def _start(
     # Header values are scrubbed with the patterns too: no header of an answer has a
     # reason to carry anything key-shaped.
     headers = [(k, default_redactor.redact_bytes(v)) for k, v in relayed_headers(
-        response.headers) if not (json and k.lower() == b"content-type")]
+        response.headers) if not (json and k.lower() == b"content-type")
+        and k.lower() not in _WAITS]
+    if (wait := await _retry_after(rt, status, response, call)) is not None:
+        headers.append((b"retry-after", wait))
     if json:  # the body is ours, not the upstream's
         headers.append((b"content-type", b"application/json"))
     if length is not None:

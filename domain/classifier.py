@@ -17,6 +17,11 @@ The steps are in :mod:`sessionwarden.domain.classifier_rules` and
    a connection that dropped or an unreadable answer → ``server_error`` (Hermes calls
    them all timeouts; a user told "timeout" for a refused connection looks in the wrong
    place);
+0b. a model-not-found code (OpenAI's ``model_not_found``, Anthropic's ``not_found_error``)
+   with a 400, 403, 404 or 422, or without a status → ``model_not_found``
+   (``classifier_rules.model_code``: the request's fault, relayed, never a key's
+   failure), before any phrase is matched (issue 21 §1: OpenAI's 404 and 403 quote the
+   model, whose name the client chose);
 1. content-policy phrases → ``content_policy``; 2. a rejected thinking signature and
    5. a local grammar failure → ``format_error``; 3. a 429 asking for the paid
    long-context tier → ``context_overflow`` (§7 steps 1-5);
@@ -49,11 +54,24 @@ key-specific and rotates (PR #8289); rotations are not retries (``recovery`` kee
 apart, #16830); and an unrecognised error is relayed, not retried (Hermes retried every
 ``unknown``, e.g. a 404 from a wrong base URL: retry amplification, PR #10568).
 
-Decisions where the sources are silent: a 401 kills the key (``dead``) whatever its
-wording, as the issue's state machine says; a 400 saying the API key is not valid
-(Gemini) is auth, not a format error; Hermes's guesses from session size (a bare 400 on a
-large session read as an overflow) are left out, since the classifier does not see the
-session; an unknown 404 is relayed; 504/524 are timeouts.
+**Text that quotes the request is no evidence against a key** (issue 21 §1). An error
+may quote what the client chose — the model's name above all ("The model `X` does not
+exist", "Rate limit reached for X"): ``quoted`` names those strings and the body is read
+without them (:func:`~sessionwarden.domain.error_body.read_error_body`), so a model named
+``gpt-insufficient_quota`` or ``… regain access on 2027-06-01`` is no billing phrase and
+no reset. A status's or a code's own meaning comes before any phrase: a 404 is never
+billing or auth (Hermes read a billing phrase in a 404 as billing: a client could exhaust
+every key by naming a model). What quoting the prompt could still do, the failover's
+repeat rule undoes (:func:`sessionwarden.domain.failover.request_fault`).
+
+Decisions where the sources are silent: a 401 (or a bad key in a 400) rests the key
+(``exhausted``, the pool's 300 s auth TTL) unless the body says the key is revoked,
+disabled, deleted or leaked (``revoked_key``: a code or the words, the request's quotes
+cut) — only then is it ``dead`` until ``keys reset`` (issue 21 §2: a flapping 401 must
+not kill every key for good, and the documents always said so); a 400 saying the API
+key is not valid (Gemini) is auth, not a format error; Hermes's guesses from session
+size (a bare 400 on a large session read as an overflow) are left out, since the
+classifier does not see the session; an unknown 404 is relayed; 504/524 are timeouts.
 """
 
 import random
@@ -75,7 +93,13 @@ from sessionwarden.domain.classification import (
     Transport,
 )
 from sessionwarden.domain.classifier_limits import Facts
-from sessionwarden.domain.classifier_rules import by_code, by_message, by_status, early
+from sessionwarden.domain.classifier_rules import (
+    by_code,
+    by_message,
+    by_status,
+    early,
+    model_code,
+)
 from sessionwarden.domain.error_body import read_error_body
 from sessionwarden.domain.error_patterns import DEFAULT_BOOK, PatternBook
 from sessionwarden.domain.ratelimits import RateLimitSnapshot, parse_rate_limits
@@ -130,6 +154,7 @@ def classify(
     last_known_age: float = 0.0,
     shared_limits: bool = False,
     book: PatternBook = DEFAULT_BOOK,
+    quoted: tuple[str, ...] = (),
 ) -> Classification:
     """Classify one failed upstream call.
 
@@ -145,6 +170,8 @@ def classify(
         last_known_age: …and how many seconds ago they were observed.
         shared_limits: the provider's keys draw on one account (benches the whole pool).
         book: the phrase lists, per provider.
+        quoted: what the request supplied that the body may quote (the model's names):
+            never read as the body's words.
 
     Returns:
         The classification. Never raises.
@@ -158,13 +185,14 @@ def classify(
     facts = Facts(
         status=code,
         patterns=book.for_provider(provider),
-        body=read_error_body(body, now),
+        body=read_error_body(body, now, quoted),
         snapshot=parse_rate_limits(safe_headers, now),
         last_known=last_known,
         last_known_age=max(0.0, last_known_age),
         shared_limits=shared_limits,
     )
-    found = early(facts) or (by_status(facts) if code else by_code(facts) or by_message(facts))
+    found = model_code(facts) or early(facts) or (
+        by_status(facts) if code else by_code(facts) or by_message(facts))
     if found is not None:
         return found
     if transport is not None:

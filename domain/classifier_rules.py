@@ -1,7 +1,8 @@
 """The rules of the error classifier, in pipeline order (pure).
 
 :mod:`sessionwarden.domain.classifier` documents the pipeline and the decisions; this
-module holds its steps: :func:`early` (hermes-behaviour.md §7 steps 1-5),
+module holds its steps: :func:`model_code` (a model-not-found code, before any phrase),
+:func:`early` (hermes-behaviour.md §7 steps 1-5),
 :func:`by_status` (step 7), :func:`by_code` (step 8) and :func:`by_message` (step 9 and
 the timeout/disconnect phrases). The verdicts several steps share (rate limit, billing)
 are in :mod:`sessionwarden.domain.classifier_limits`.
@@ -17,7 +18,23 @@ from sessionwarden.domain.classifier_limits import (
     usage_limit,
 )
 
-__all__ = ["by_code", "by_message", "by_status", "early"]
+__all__ = ["by_code", "by_message", "by_status", "early", "model_code"]
+
+
+#: The statuses a model-not-found code is believed with (OpenAI answers 404, or 403 for
+#: a model the project may not use; a gateway 400/422); 0: a streamed error event.
+_MODEL_STATUSES = frozenset({0, 400, 403, 404, 422})
+
+
+def model_code(facts: Facts) -> Classification | None:
+    """A model-not-found code: the request's fault, before any phrase is read.
+
+    The message next to it quotes the model, whose name the client chose: read first, a
+    billing or revoked phrase in that name would bench the key (issue 21 §1).
+    """
+    if facts.status in _MODEL_STATUSES and (code := facts.code("model_not_found_codes")):
+        return simple(facts, "model_not_found", "code", code)
+    return None
 
 
 def early(facts: Facts) -> Classification | None:
@@ -39,10 +56,17 @@ def early(facts: Facts) -> Classification | None:
 
 
 def _auth(facts: Facts, rule: str) -> Classification:
-    """A 401 or a bad key: dead until replaced (revoked when the provider says so)."""
-    revoked = facts.has("revoked_key") or facts.code("revoked_key")
+    """A 401 or a bad key: it rests (``exhausted``, the pool's auth TTL), dead if revoked.
+
+    Only the provider's saying the key is revoked, disabled, deleted or leaked (a code,
+    or those words with the request's quotes cut) makes it ``dead`` until ``keys
+    reset``: a plain 401 may be a glitch that passes (issue 21 §2: a flapping 401 once
+    killed every key for good).
+    """
+    revoked = facts.code("revoked_key") or facts.has("revoked_key")
     return Classification(error_class="auth", recovery="rotate", key_specific=True,
-                          key_state="dead", auth="revoked" if revoked else "invalid",
+                          key_state="dead" if revoked else "exhausted",
+                          auth="revoked" if revoked else "invalid",
                           reason=f"{facts.where()}: {rule}" + (f" '{revoked}'" if revoked else ""))
 
 
@@ -101,8 +125,8 @@ def by_status(facts: Facts) -> Classification:
             return usage_limit(facts, phrase)
         return billing(facts, "payment required")
     if status == 404:
-        if found := facts.has("billing"):
-            return billing(facts, f"'{found}'")
+        # Not found is the request's (a model, a path), never the key's: Hermes read a
+        # billing phrase here as billing, and the message quotes the client's model.
         if phrase := facts.has("provider_policy"):
             return simple(facts, "model_not_found", "provider policy", phrase)
         if found := facts.code("model_not_found_codes") or facts.has("model_not_found"):

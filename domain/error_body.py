@@ -24,6 +24,16 @@ param}}``, Anthropic ``{"type": "error", "error": {type, message}}``, Gemini ``{
   ``quotaResetDelay 500ms``, ``retry after 30 seconds``, ``try again in 1m30s``,
   ``resets in 2hr 5min``, ``regain access on 2025-08-01 at 00:00 UTC`` (the first field
   the walk meets wins; the phrases are read only when no field says).
+
+**What quotes the request is not the body's word** (issue 21 §1). An upstream's error
+often quotes what the client sent: OpenAI's and Anthropic's 404 name the model ("The
+model `X` does not exist"), OpenAI's 429 too ("Rate limit reached for X …"). A client
+chooses that name, so a model called ``gpt-insufficient_quota`` or ``… regain access on
+2027-06-01`` would read as billing, with a reset. :func:`read_error_body` takes the
+strings the request supplied (``quoted``: the model's names) and cuts each out of the
+text, the phrase-reset text and the codes before anything is matched. Each cut leaves a
+NUL, which no phrase contains, so the text on either side can never join into a phrase;
+a name shorter than :data:`MIN_QUOTED_CHARS` holds no phrase and is left alone.
 """
 
 from collections.abc import Iterator
@@ -36,8 +46,8 @@ import msgspec
 from sessionwarden.domain.error_patterns import normalise
 from sessionwarden.domain.error_resets import absolute_reset, phrase_reset, relative_reset
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_NODES", "MAX_TEXT_CHARS", "ErrorBody",
-           "read_error_body"]
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_NODES", "MAX_QUOTED_CHARS", "MAX_TEXT_CHARS",
+           "MIN_QUOTED_CHARS", "ErrorBody", "read_error_body"]
 
 #: Only this much of a body is decoded; error bodies are small, a huge one is hostile.
 MAX_BODY_BYTES = 64 * 1024
@@ -46,6 +56,13 @@ MAX_DEPTH = 8
 MAX_NODES = 400
 #: How many characters of text the patterns are matched against.
 MAX_TEXT_CHARS = 8 * 1024
+
+#: A quoted string shorter than this holds no phrase (the shortest is 4 characters)…
+MIN_QUOTED_CHARS = 4
+#: …and one longer than this is not a model's name: only its first so many are cut.
+MAX_QUOTED_CHARS = 512
+#: What a cut leaves: no phrase contains it, so no phrase spans a cut.
+_CUT = "\x00"
 
 _CODE_KEYS = frozenset({"code", "type", "status", "reason", "error_code", "error_type"})
 _SKIP_KEYS = frozenset({"param", "request_id", "@type", "url", "user_id", "id", "links",
@@ -219,9 +236,37 @@ def _walk(
     return reset, source
 
 
-def read_error_body(body: object, now: datetime) -> ErrorBody:
+def _cut(text: str, needles: tuple[str, ...]) -> str:
+    """``text`` with every occurrence of each of ``needles`` replaced by :data:`_CUT`."""
+    for needle in needles:
+        if needle in text:
+            text = text.replace(needle, _CUT)
+    return text
+
+
+def _needles(quoted: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The quoted strings as the raw text is cut (lowercase) and as the normal text is."""
+    raw: dict[str, None] = {}
+    norm: dict[str, None] = {}
+    for item in quoted:
+        if not isinstance(item, str):
+            continue
+        item = item[:MAX_QUOTED_CHARS]
+        low, normal = item.lower().strip(), normalise(item)
+        if len(low) >= MIN_QUOTED_CHARS:
+            raw[low] = None
+        if len(normal) >= MIN_QUOTED_CHARS:
+            norm[normal] = None
+    # The longest first: a name that holds another is cut whole, not around the other.
+    return (tuple(sorted(raw, key=len, reverse=True)),
+            tuple(sorted(norm, key=len, reverse=True)))
+
+
+def read_error_body(body: object, now: datetime, quoted: tuple[str, ...] = ()) -> ErrorBody:
     """Read ``body`` (bytes, text or decoded JSON) as of ``now`` (naive means UTC).
 
+    ``quoted``: strings the request supplied (the model's names) that the body may quote;
+    they are cut out of what is read (see the module's doc), never read as its words.
     Never raises; anything unreadable yields what could be read, possibly nothing.
     """
     if now.tzinfo is None:
@@ -245,6 +290,13 @@ def read_error_body(body: object, now: datetime) -> ErrorBody:
         except RecursionError:  # a hostile, deeply nested pre-decoded value
             pass
         raw = "\n".join(strings)[:MAX_TEXT_CHARS]
-    return ErrorBody(normalise(raw),
-                     tuple(dict.fromkeys(filter(None, map(_code, codes)))) if codes else (),
-                     reset, source, phrases_of=(raw, now))
+    found = tuple(dict.fromkeys(filter(None, map(_code, codes)))) if codes else ()
+    if not quoted:
+        return ErrorBody(normalise(raw), found, reset, source, phrases_of=(raw, now))
+    cut_raw, cut_normal = _needles(quoted)
+    if cut_raw:  # the phrase resets read the lowercase raw text: cut it there too
+        raw = _cut(raw.lower(), cut_raw)
+    if found and cut_normal:
+        found = tuple(c for c in found if _cut(c, cut_normal) == c)
+    return ErrorBody(_cut(normalise(raw), cut_normal), found, reset, source,
+                     phrases_of=(raw, now))

@@ -8,15 +8,18 @@ horizon"):
   briefly: until the reset the provider gave, clamped to 1–60 s, else 5 s doubling with each
   consecutive cool (5, 10, 20, 40, 60 s). Never longer than :data:`COOLING_MAX_SECONDS`:
   one DeepSeek capacity 429 once blocked every model for 45 minutes (Hermes PR #15898).
-- ``exhausted``: a genuine limit, billing/quota, or a plain auth failure, until the reset the
-  provider gave (headers or body), else a TTL by kind: genuine limit 1 h, billing 24 h, auth
-  (not known to be revoked) 300 s. **Sole-key rule** (§4.3): when the pool has at most one
-  key that is not dead and the failure is not billing, the TTL is at most 60 s — guessing
+- ``exhausted``: a genuine limit, billing/quota, or a plain auth failure (a 401, or a bad
+  key in a 400, whose body does not say the key is revoked), until the reset the provider
+  gave (headers or body), else a TTL by kind: genuine limit 1 h, billing 24 h, auth
+  300 s. **Sole-key rule** (§4.3): when the pool has at most one key that is not dead
+  and the failure is not billing, the TTL is at most 60 s — guessing
   an hour would lock the user out of their only key; a billing failure does not heal in a
   minute. A reset the provider gave is always believed (§4.3 "reset_at override").
-- ``dead``: a revoked or invalid key (401/403 with such a reason, §4.3 terminal auth). It
-  never comes back by time: only ``keys reset`` (:func:`on_reset`) or the key leaving the
-  pool (``credential.removed``; re-adding it then starts ``ok``).
+- ``dead``: a revoked key (a 401/403 whose body says it is revoked, disabled, deleted or
+  leaked, §4.3 terminal auth). It never comes back by time: only ``keys reset``
+  (:func:`on_reset`) or the key leaving the pool (``credential.removed``; re-adding it
+  then starts ``ok``). A plain 401 is not enough (issue 21 §2): an upstream whose 401s
+  flap would otherwise kill every key for good.
 
 A bench ends by itself: a key whose ``until`` has passed is usable (``effective`` state
 ``ok``) without any event; the first success after it records ``ok`` (reason
@@ -33,6 +36,13 @@ the more severe state and the later ``until`` of the two (an in-flight call's la
 genuine limit or a billing failure benches every key that is not dead (reason
 ``shared_limit`` on the others); a success on any key clears them. Transient limits and
 auth failures stay per key.
+
+**The request's fault** (issue 21 §1). When a call's second key fails exactly as its
+first did, the failure was the request's (its words quoted back by the upstream), not the
+keys': :func:`on_request_fault` lifts the first key's bench of that kind (``ok``, reason
+``request_fault``), the second key is never benched. Only a bench the call could have
+set is lifted: one in force now (the key was usable when the call leased it), of the
+failure's kind, set before the second attempt went out.
 
 Decisions where the issue is silent: the TTLs are by failure kind rather than by status
 (a 403 "spending limit" or a 429 "monthly quota reached" is billing: 24 h); cooling backs off
@@ -58,6 +68,7 @@ __all__ = [
     "COOLING_MAX_SECONDS",
     "COOLING_MIN_SECONDS",
     "GENUINE_TTL_SECONDS",
+    "REQUEST_FAULT",
     "SOLE_KEY_TTL_SECONDS",
     "FailureKind",
     "KeyFailure",
@@ -67,6 +78,7 @@ __all__ = [
     "earliest_return",
     "format_time",
     "on_failure",
+    "on_request_fault",
     "on_reset",
     "on_success",
     "parse_time",
@@ -92,6 +104,10 @@ _TTL: dict[str, float] = {
     "genuine_limit": GENUINE_TTL_SECONDS, "billing": BILLING_TTL_SECONDS, "auth": AUTH_TTL_SECONDS,
 }
 _SHARED_KINDS = frozenset({"genuine_limit", "billing"})
+#: The failures that say something about the key (the others bench nothing).
+_KEY_KINDS = frozenset({"transient_limit", "genuine_limit", "billing", "auth", "auth_revoked"})
+#: The reason of the event that lifts a bench the request, not the key, caused.
+REQUEST_FAULT = "request_fault"
 
 
 def format_time(moment: datetime) -> str:
@@ -280,7 +296,7 @@ def on_failure(
         Zero, one or (shared limits) several events; empty when nothing changes or the
         failure is not the key's (overload, 5xx, timeout, other).
     """
-    if failure.kind not in ("transient_limit", "genuine_limit", "billing", "auth", "auth_revoked"):
+    if failure.kind not in _KEY_KINDS:
         return ()
     alive = {fp for fp in pool if states.get(fp).effective(now) != "dead"}
     sole = len(alive | {fingerprint}) <= 1
@@ -295,6 +311,40 @@ def on_failure(
         if event is not None:
             events.append(event)
     return tuple(events)
+
+
+def on_request_fault(
+    states: KeyStates, fingerprint: str, failure: KeyFailure, before: datetime, now: datetime
+) -> tuple[bool, tuple[KeyStateChanged, ...]]:
+    """Lift the bench ``failure`` put on ``fingerprint``: another key failed the same way.
+
+    Args:
+        states: the provider's folded key states.
+        fingerprint: the call's earlier key, whose failure the later key repeated.
+        failure: the later key's failure (mapped from the same class and status).
+        before: when the later attempt was sent: the bench lifted was set before it.
+        now: the time of the later failure.
+
+    Returns:
+        Whether the earlier key's state agrees with that failure (its bench is of the
+        same kind, or the failure benches nothing), and the event lifting the bench
+        (state ``ok``, reason :data:`REQUEST_FAULT`). False: the earlier key failed
+        otherwise, and the later key's failure is its own.
+    """
+    if failure.kind not in _KEY_KINDS:
+        return True, ()
+    health = states.get(fingerprint)
+    current = health.effective(now)
+    # A bench in force now was set during the call: the key was usable at its lease.
+    # ``since`` is stored rounded up to the millisecond: ``before`` is compared so too.
+    sent = datetime.fromisoformat(format_time(before))
+    if current == "ok" or health.reason != failure.kind or health.since is None \
+            or health.since > sent:
+        return False, ()
+    return True, (KeyStateChanged(
+        provider=states.provider, fingerprint=fingerprint, state="ok", previous=current,
+        at=format_time(now), reason=REQUEST_FAULT,
+    ),)
 
 
 def on_success(

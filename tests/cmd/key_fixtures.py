@@ -29,7 +29,12 @@ GENUINE = {"status": 429, "headers": {"x-ratelimit-remaining-requests": "0",
 TRANSIENT = {"status": 429, "headers": {"retry-after": "2",
                                         "x-ratelimit-remaining-requests": "5",
                                         "x-ratelimit-reset-requests": "2s"}}
+#: A revoked key: dead until `keys reset` (the body says so; a plain 401 only rests it).
 REVOKED = {"status": 401, "error_code": "invalid_api_key",
+           "error_message": "This API key sk-te**** has been revoked. You can find your API "
+                            "key at https://platform.openai.com/account/api-keys."}
+#: A plain auth failure: the key rests 300 s (issue 21 §2: a 401 may be a glitch).
+INVALID = {"status": 401, "error_code": "invalid_api_key",
            "error_message": "Incorrect API key provided: sk-te****. You can find your API "
                             "key at https://platform.openai.com/account/api-keys."}
 

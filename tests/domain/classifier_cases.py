@@ -125,7 +125,8 @@ CASES: list[Case] = [
         "Incorrect API key provided: sk-proj-****abcd. You can find your API key at "
         "https://platform.openai.com/account/api-keys.", "invalid_request_error",
         "invalid_api_key"),
-        "auth", "rotate", expect={"auth": "invalid", "key_state": "dead", "key_specific": True}),
+        "auth", "rotate",
+        expect={"auth": "invalid", "key_state": "exhausted", "key_specific": True}),
     Case("openai-400-context-length", "openai", 400, _openai(
         "This model's maximum context length is 128000 tokens. However, your messages "
         "resulted in 130412 tokens. Please reduce the length of the messages.",
@@ -208,7 +209,7 @@ CASES: list[Case] = [
         "invalid_request_error", "prompt is too long: 208732 tokens > 200000 maximum"),
         "context_overflow", "compress_and_retry"),
     Case("anthropic-401", "anthropic", 401, _anthropic("authentication_error", "invalid x-api-key"),
-         "auth", "rotate", expect={"auth": "invalid", "key_state": "dead"}),
+         "auth", "rotate", expect={"auth": "invalid", "key_state": "exhausted"}),
     Case("anthropic-403-permission", "anthropic", 403, _anthropic(
         "permission_error", "Your API key does not have permission to use the specified "
         "resource."),
@@ -237,7 +238,7 @@ CASES: list[Case] = [
         provider_name="Google AI Studio"),
         "rate_limit", "retry", expect={"key_specific": False, "key_state": None}),
     Case("openrouter-401-no-credentials", "openrouter", 401, _openrouter(
-        401, "No auth credentials found"), "auth", "rotate", expect={"key_state": "dead"}),
+        401, "No auth credentials found"), "auth", "rotate", expect={"key_state": "exhausted"}),
     Case("openrouter-401-user-not-found", "openrouter", 401, _openrouter(401, "User not found."),
          "auth", "rotate", expect={"auth": "invalid"}),
     Case("openrouter-403-moderation", "openrouter", 403, _openrouter(
@@ -283,7 +284,7 @@ CASES: list[Case] = [
         "format_error", "relay"),
     Case("deepseek-401", "deepseek", 401, _openai(
         "Authentication Fails, Your api key: ****abcd is invalid", "authentication_error",
-        "invalid_request_error"), "auth", "rotate", expect={"key_state": "dead"}),
+        "invalid_request_error"), "auth", "rotate", expect={"key_state": "exhausted"}),
     # ------------------------------------------------------------------ Gemini
     Case("gemini-429-per-minute", "gemini", 429, _gemini(
         429, _GEMINI_QUOTA_MESSAGE, "RESOURCE_EXHAUSTED",
@@ -303,7 +304,7 @@ CASES: list[Case] = [
         [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
           "domain": "googleapis.com",
           "metadata": {"service": "generativelanguage.googleapis.com"}}]),
-        "auth", "rotate", expect={"auth": "invalid", "key_state": "dead"}),
+        "auth", "rotate", expect={"auth": "invalid", "key_state": "exhausted"}),
     Case("gemini-403-leaked", "gemini", 403, _gemini(
         403, "Your API key was reported as leaked. Please use another API key.",
         "PERMISSION_DENIED"),
