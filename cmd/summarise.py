@@ -15,6 +15,23 @@ the call is completed with its status and usage, whatever happens, so its tokens
 metered and its key's outcome counts. What is sent is redacted first (the prompt quotes
 tool output, which may hold a key); so is the answer.
 
+While a spend cap may apply (``Runtime.budgets_active``) the side call costs money like
+any other, so before it is admitted its worst case — the prompt's estimate and its
+output bound at the summary model's price — is held against the session's scopes
+(its session and ancestors, its provider's day, the day) through the ledger's
+``ReserveRoute`` (the request at that provider and model), and that bound is sent as
+``max_tokens`` so the upstream cannot bill past it. The completion settles the actual
+cost into the same reservation (``cmd/calls.complete``). When it does not fit — or the
+ledger cannot hold it — nothing is admitted or sent, and the result says ``over_cap``
+with the ledger's reason: the stage uses the builtin summary and SummariserFailed says so
+(issue 21, item 6).
+
+The answer is read in chunks up to ``domain.summariser.answer_max_bytes`` (a few hundred
+KiB): a longer one (declared, or sent) is abandoned there, recorded as answered with an
+estimate of what was read, and is a failure (issue 21, item 12: a 256 MiB answer held
+in memory and decoded on the event loop stalled ``/healthz`` for seconds). Decoding the
+answer and redacting the prompt and the answer run in a worker thread, off the loop.
+
 Failures never raise (only cancellation does): they come back as a result with
 ``failure`` set, for the stage to apply ``on_summary_failure``. A summary model that is
 missing upstream (404, ``model_not_found``, "does not exist", "no available channel") or
@@ -33,9 +50,11 @@ from functools import partial
 from typing import NamedTuple
 
 import aiohttp
+import msgspec
 from loguru import logger
+from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import AdmissionRefused
+from sessionwarden.actors.messages import AdmissionRefused, ReleaseBudget, ReserveRoute
 from sessionwarden.cmd.calls import (
     ProxiedCall,
     admit,
@@ -46,14 +65,21 @@ from sessionwarden.cmd.calls import (
 )
 from sessionwarden.cmd.runtime import Performer, Runtime
 from sessionwarden.config import ProviderConfig
+from sessionwarden.domain.budgets import Refusal, Reservation
 from sessionwarden.domain.calls import CallRequest, RequestShape
 from sessionwarden.domain.errors import NoCredential
 from sessionwarden.domain.ratelimits import rate_limit_headers
-from sessionwarden.domain.summariser import SummaryResult, SummaryWork, accept_summary
+from sessionwarden.domain.summariser import (
+    SummaryResult,
+    SummaryWork,
+    accept_summary,
+    answer_max_bytes,
+)
+from sessionwarden.domain.worst_case import output_bound
 from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
-from sessionwarden.upstream.client import forwarded_headers
+from sessionwarden.upstream.client import UpstreamResponse, forwarded_headers
 from sessionwarden.upstream.errors import MalformedResponse
 from sessionwarden.upstream.prompt import PATH, prompt_body, read_answer, supports
 
@@ -83,6 +109,14 @@ class _Attempt(NamedTuple):
     text: str = ""
     failure: str = ""
     unusable: str = ""
+    #: Not sent: its worst case does not fit a spend cap (``failure`` says which).
+    over_cap: bool = False
+
+
+class _Limits(NamedTuple):
+    """What the ledger prices a side call's output bound from: a body's ``fields``."""
+
+    fields: dict[str, int]
 
 
 def summary_performers(rt: Runtime) -> dict[type, Performer]:
@@ -120,12 +154,26 @@ async def _summarise(rt: Runtime, work: SummaryWork, timeout_s: float) -> Summar
         used_fallback = True
     name = f"{provider}/{model}"
     if not attempt.failure:
-        accepted = accept_summary(default_redactor.redact(attempt.text), work.max_chars)
+        # Redacting up to a few hundred KiB of text: off the loop, as the decoding was.
+        accepted = await asyncio.to_thread(_accept, attempt.text, work.max_chars)
         if accepted is not None:
             return SummaryResult(accepted, name, "", used_fallback)
         attempt = _Attempt(failure="empty summary")
-    logger.warning("summary for call {} by {} failed: {}", work.call_id, name, attempt.failure)
-    return SummaryResult("", name, attempt.failure, used_fallback)
+    if attempt.over_cap:
+        logger.info("summary for call {} by {} not asked for: {}; the builtin summary "
+                    "stands in", work.call_id, name, attempt.failure)
+    else:
+        logger.warning("summary for call {} by {} failed: {}", work.call_id, name,
+                       attempt.failure)
+    return SummaryResult("", name, attempt.failure, used_fallback, over_cap=attempt.over_cap)
+
+
+def _accept(text: str, max_chars: int) -> str | None:
+    return accept_summary(default_redactor.redact(text), max_chars)
+
+
+def _redacted(work: SummaryWork) -> tuple[str, str]:
+    return default_redactor.redact(work.system), default_redactor.redact(work.prompt)
 
 
 async def _attempt(rt: Runtime, work: SummaryWork, provider_name: str, model: str,
@@ -138,9 +186,13 @@ async def _attempt(rt: Runtime, work: SummaryWork, provider_name: str, model: st
     if adapter is None or not supports(provider.api_mode):
         return _Attempt(failure=f"api_mode {provider.api_mode} unsupported",
                         unusable="provider")
-    system = default_redactor.redact(work.system)
-    prompt = default_redactor.redact(work.prompt)
-    body = prompt_body(model, system, prompt, work.max_output_tokens)
+    system, prompt = await asyncio.to_thread(_redacted, work)
+    capped = rt.budgets_active
+    entry = rt.config.model_for(provider.name, model)
+    bound = output_bound(work.max_output_tokens or None,
+                         entry.max_output_tokens if entry is not None else None)
+    # Under a cap the bound reserved is the bound sent: the upstream bills no more.
+    body = prompt_body(model, system, prompt, bound if capped else work.max_output_tokens)
     call = ProxiedCall(work.session_id, provider, model, stream=False)
     side = CallRequest(
         call_id=call.call_id, session_id=work.session_id, provider=provider.name,
@@ -149,6 +201,10 @@ async def _attempt(rt: Runtime, work: SummaryWork, provider_name: str, model: st
                            prompt_chars=len(system) + len(prompt)),
         body=None, client=CLIENT, purpose="summary", parent_call=work.call_id,
     )
+    if capped:
+        refused = await _reserve(rt, side, bound)
+        if refused:
+            return _Attempt(failure=refused, over_cap=True)
     leasing = request_lease(rt, call)
     try:
         verdict = await admit(rt, side)
@@ -169,25 +225,78 @@ async def _attempt(rt: Runtime, work: SummaryWork, provider_name: str, model: st
             await complete(rt, call, call.outcome("no_credential", error=str(exc)))
             return _Attempt(failure="no key", unusable="provider")
         headers = forwarded_headers({}, adapter.auth_headers(lease.secret))
-        return await _send(rt, call, provider, body, headers, timeout_s)
+        return await _send(rt, call, provider, body, headers, timeout_s,
+                           answer_max_bytes(work.max_chars))
     except asyncio.CancelledError:
         await asyncio.shield(complete(rt, call, call.outcome(
             "cancelled", error="cancelled before the summary came")))
         raise
 
 
+async def _reserve(rt: Runtime, side: CallRequest, bound: int) -> str:
+    """Hold the side call's worst case against the session's caps; why not, or ``""``.
+
+    The ledger prices ``side`` at its provider and model as it prices a client's call
+    (the prompt's estimate, the output bound its body states, the model's price) and
+    reserves it in the session's scopes under the side call's id, which the completion
+    settles (module doc).
+    """
+    priced = msgspec.structs.replace(side, body=_Limits({"max_tokens": bound}))
+    try:
+        decided = await ask(rt.ref("ledger"), ReserveRoute(priced, side.provider, side.model))
+    except ActorUnavailable as exc:
+        # A cap is never passed by because its keeper is down.
+        logger.warning("summary call {}: its cost cannot be held: {}", side.call_id, exc)
+        return "spend cap: the ledger cannot hold the summary's cost; not sent"
+    except asyncio.CancelledError:
+        _release(rt, side.call_id)  # it may have been reserved before the cancellation
+        raise
+    if isinstance(decided, Reservation):
+        return ""
+    assert isinstance(decided, Refusal), decided
+    return f"spend cap ({decided.code}): {decided.message}"
+
+
+def _release(rt: Runtime, call_id: str) -> None:
+    try:
+        rt.ref("ledger").tell(ReleaseBudget(call_id))
+    except Exception:
+        pass  # a restarted ledger rebuilt its spend from the log: nothing is held
+
+
+async def _read_bounded(response: UpstreamResponse, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of the body (more, and it is not read on), and whether whole.
+
+    A declared length over the limit is not read at all. The bytes come in chunks, so no
+    more than the limit and one chunk are ever held.
+    """
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return b"", False
+    data = bytearray()
+    async for chunk in response.content.iter_any():
+        data += chunk
+        if len(data) > limit:
+            return bytes(data[:limit]), False
+    return bytes(data), True
+
+
 async def _send(rt: Runtime, call: ProxiedCall, provider: ProviderConfig, body: bytes,
-                headers: dict[str, str], timeout_s: float) -> _Attempt:
-    """Send the prompt, read the whole answer, record the call's completion."""
+                headers: dict[str, str], timeout_s: float, limit: int) -> _Attempt:
+    """Send the prompt, read the answer (at most ``limit`` bytes), record the completion."""
     try:
         async with asyncio.timeout(timeout_s):
+            call.sent_at = rt.clock.now()  # sent: it may be billed (kept under a cap)
             response = await rt.upstream.post(provider, PATH, body, headers)
             try:
-                data = await response.read()
+                data, whole = await _read_bounded(response, limit)
             except BaseException:
                 response.close()  # unread: the connection cannot go back to the pool
                 raise
-            response.release()
+            if whole:
+                response.release()
+            else:
+                response.close()  # the rest is not read: the connection is dropped
     except TimeoutError:
         await complete(rt, call, call.outcome(
             "timeout", error=f"no summary within {timeout_s:g} s"))
@@ -207,8 +316,16 @@ async def _send(rt: Runtime, call: ProxiedCall, provider: ProviderConfig, body: 
         if missing:
             return _Attempt(failure="model not found", unusable="model")
         return _Attempt(failure=f"upstream {status}")
+    if not whole:
+        # It answered, so it billed: recorded with an estimate of what was read.
+        await complete(rt, call, call.outcome(
+            "ok", status=status, has_output=True, output_chars=len(data),
+            rate_limit_headers=limits,
+            error=f"the answer is larger than {limit >> 10} KiB; not read further"))
+        return _Attempt(failure=f"answer over {limit >> 10} KiB")
     try:
-        text, usage = read_answer(data)
+        # Decoded off the loop: even a bounded answer is a few hundred KiB of JSON.
+        text, usage = await asyncio.to_thread(read_answer, data)
     except MalformedResponse as exc:
         # It answered, so it may have billed: recorded with an estimate of its tokens.
         await complete(rt, call, call.outcome(

@@ -11,9 +11,12 @@ through the control API, then compresses (``domain.compaction``):
   the ledger meters); it resumes with the result. On a failure — or while the model is
   cooling down after failures (``domain.summariser``'s ladder) — ``on_summary_failure``
   decides: ``"fallback"`` inserts the builtin summary, ``"abort"`` forwards the history
-  uncompressed, or refuses the call when that cannot fit the model's window. No message
-  is ever dropped without a summary covering it. A session's very first call uses the
-  builtin summariser: a side call cannot be the call that starts a session.
+  uncompressed, or refuses the call when that cannot fit the model's window; a summary
+  whose worst case does not fit a spend cap is not asked for (``SummaryResult.over_cap``)
+  and the builtin summary stands in, whatever ``on_summary_failure`` says, recorded in
+  SummariserFailed. No message is ever dropped without a summary covering it. A
+  session's very first call uses the builtin summariser: a side call cannot be the call
+  that starts a session.
 
 A prompt that cannot fit the window with its answer's reserve (``domain.compression``'s
 ``prompt_room``) is compressed whatever the anti-thrashing guard says, and when even
@@ -156,8 +159,12 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
                                 model=result.model)
             return compressed(compaction, [], record_success(health))
         reason = result.failure if isinstance(result, SummaryResult) else "no summary"
+        # Over a spend cap nothing was sent and the model did not fail: the builtin
+        # summary stands in, with no cooldown (issue 21, item 6).
+        over_cap = isinstance(result, SummaryResult) and result.over_cap
         return _failed(config, request, prepared, codec, threshold, fixed, health, now,
-                       compressed, target, reason or "no summary", events, tried=True)
+                       compressed, target, reason or "no summary", events,
+                       tried=not over_cap, builtin_anyway=over_cap)
 
     return Need(work, resume)
 
@@ -189,12 +196,16 @@ def _failed(config: Config, request: CallRequest, prepared: Prepared, codec: Ite
             threshold: int, fixed: int, health: SummariserHealth, now: datetime,
             compressed: Callable[[Compaction | None, list[Event], SummariserHealth],
                                  StageResult],
-            target: tuple[str, str], reason: str, events: list[Event], *, tried: bool
-            ) -> StageResult:
-    """The model gave no summary: fall back to the builtin, or abort (module doc)."""
+            target: tuple[str, str], reason: str, events: list[Event], *, tried: bool,
+            builtin_anyway: bool = False) -> StageResult:
+    """The model gave no summary: fall back to the builtin, or abort (module doc).
+
+    ``builtin_anyway``: the builtin summary whatever ``on_summary_failure`` says (the
+    model's summary did not fit a spend cap: it was not asked, so it did not fail).
+    """
     if tried:
         health = record_failure(health, now)
-    action = config.compression.on_summary_failure
+    action = "fallback" if builtin_anyway else config.compression.on_summary_failure
     failed = SummariserFailed(
         call_id=request.call_id, model=f"{target[0]}/{target[1]}", reason=reason[:200],
         action=action, cooldown_s=cooldown_seconds(health.failures) if tried else 0.0)

@@ -14,6 +14,7 @@ handle as configured (``on_summary_failure``): the builtin summary, or no compre
   removed), bounded, and prefixed with :data:`MODEL_HEADER`.
 * :class:`SummariserHealth` and its functions — consecutive failures and the cooldown
   they impose, during which the stage does not call the model.
+* :func:`answer_max_bytes` — how much of a model's answer the performer reads at most.
 
 Numbers (hermes-behaviour.md §2.6, taken as they are):
 
@@ -41,6 +42,17 @@ Decisions (the issue is silent on them):
   Secrets are not this module's business: the performer redacts what it sends.
 * No auto focus from the latest user turns: the newest user request is kept verbatim in
   the tail by the boundaries, so the summary need not point at it.
+* Under a spend cap the side call is reserved like a client's call (issue 21, item 6):
+  its worst case is the prompt's estimate plus its output bound (``max_output_tokens``,
+  else the model's, else ``domain.worst_case.DEFAULT_MAX_OUTPUT_TOKENS``), and that bound
+  is then sent as ``max_tokens`` so the upstream cannot bill past what is held. When it
+  does not fit, nothing is sent and the result says ``over_cap``: the builtin summary
+  stands in whatever ``on_summary_failure`` says (the model did not fail; the summary
+  is simply not affordable), without a cooldown.
+* The answer is read up to :func:`answer_max_bytes` (issue 21, item 12): eight bytes a
+  character of the summary's bound (JSON escapes, think blocks, a model overshooting its
+  target) plus 64 KiB of envelope, never more than :data:`ANSWER_MAX_BYTES`. A longer
+  answer is abandoned unread past it, a failure like a malformed one.
 """
 
 import re
@@ -52,6 +64,7 @@ from sessionwarden.domain.messages import Message, Opaque, Text, ToolCall, ToolR
 from sessionwarden.domain.summary import MIN_MAX_CHARS, SECTIONS, SUMMARY_START
 
 __all__ = [
+    "ANSWER_MAX_BYTES",
     "ARGUMENTS_MAX_CHARS",
     "COOLDOWN_LADDER_S",
     "FOCUS_MAX_CHARS",
@@ -67,6 +80,7 @@ __all__ = [
     "SummaryResult",
     "SummaryWork",
     "accept_summary",
+    "answer_max_bytes",
     "available",
     "cooldown_seconds",
     "lift_cooldown",
@@ -93,6 +107,11 @@ FOCUS_MAX_CHARS = 1_000
 #: Every prompt :func:`summary_request` builds is at most this long (the fixed text of
 #: the instructions is about 2,000 characters).
 PROMPT_MAX_CHARS = MIDDLE_MAX_CHARS + PREVIOUS_MAX_CHARS + FOCUS_MAX_CHARS + 4_000
+
+#: The most of a summary answer ever read, whatever the summary's bound (module doc).
+ANSWER_MAX_BYTES = 512 << 10
+_ANSWER_ENVELOPE_BYTES = 64 << 10
+_ANSWER_BYTES_PER_CHAR = 8
 
 #: Cooldown after the 1st, 2nd, 3rd and later consecutive failures, in seconds.
 COOLDOWN_LADDER_S: tuple[float, ...] = (60.0, 300.0, 900.0)
@@ -144,12 +163,15 @@ class SummaryResult(msgspec.Struct, frozen=True):
             text: ``"upstream 503"``, ``"timeout"``, ``"model not found"``,
             ``"empty summary"``, ``"no key"``, ``"unreachable"``, ``"malformed answer"``.
         used_fallback: the summary model was missing and the session's model was asked.
+        over_cap: the summary's worst case did not fit a spend cap (or could not be
+            held): nothing was sent, and the builtin summary stands in (module doc).
     """
 
     text: str = ""
     model: str = ""
     failure: str = ""
     used_fallback: bool = False
+    over_cap: bool = False
 
 
 # ------------------------------------------------------------------------ the prompt
@@ -333,6 +355,12 @@ def accept_summary(text: str, max_chars: int) -> str | None:
     if newline > room // 2:
         cut = cut[:newline]
     return cut.rstrip() + _TRUNCATED
+
+
+def answer_max_bytes(max_chars: int) -> int:
+    """The most bytes of a model's answer read for a summary bounded by ``max_chars``."""
+    chars = max(max_chars, MIN_MAX_CHARS)
+    return min(ANSWER_MAX_BYTES, _ANSWER_ENVELOPE_BYTES + _ANSWER_BYTES_PER_CHAR * chars)
 
 
 # ------------------------------------------------------------------------ cooldowns

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sessionwarden.domain.messages import Message, Opaque, Text, ToolCall, ToolResult
 from sessionwarden.domain.summariser import (
+    ANSWER_MAX_BYTES,
     ARGUMENTS_MAX_CHARS,
     COOLDOWN_LADDER_S,
     FOCUS_MAX_CHARS,
@@ -17,6 +18,7 @@ from sessionwarden.domain.summariser import (
     PROMPT_MAX_CHARS,
     SummariserHealth,
     accept_summary,
+    answer_max_bytes,
     available,
     cooldown_seconds,
     lift_cooldown,
@@ -236,3 +238,11 @@ def test_cooldowns_never_shrink_while_failures_go_on(failures: list[int]) -> Non
         assert not available(health, now)
         previous = length
     assert health.failures == len(failures)
+
+
+def test_the_answer_read_is_bounded_by_the_summarys_size() -> None:
+    # Issue 21, item 12: a few hundred KiB at most, whatever the summary's bound.
+    assert answer_max_bytes(40_000) == (64 << 10) + 8 * 40_000
+    assert answer_max_bytes(0) == answer_max_bytes(MIN_MAX_CHARS)
+    assert answer_max_bytes(10**9) == ANSWER_MAX_BYTES == 512 << 10
+    assert answer_max_bytes(2_000) > 4 * MIN_MAX_CHARS  # room for escapes, think blocks
