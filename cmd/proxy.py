@@ -667,9 +667,11 @@ async def _retry_after(rt: Runtime, status: int, response: UpstreamResponse,
     years, ``-5``, a date in 2015), while its keys cool for seconds. A provider without
     keys (or a pool that cannot be asked) has the upstream's value, read and bounded.
     """
+    if status < 400:  # a success's headers are not searched: the hot path stays as it was
+        return None
     lowered = {k.lower(): v for k, v in response.headers.items()
                if k.lower() in ("retry-after", "retry-after-ms")}
-    if status < 400 or not (status == 429 or lowered):
+    if not (status == 429 or lowered):
         return None
     upstream = parse_rate_limits(lowered, rt.clock.now()).retry_after_seconds
     pool: int | None = None
