@@ -73,13 +73,14 @@ from sessionwarden.domain.budgets import (
     settle,
 )
 from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.lineage import Cut, cut_links, inherited_refusal, parent_refusal
 from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.spend_caps import session_budget
-from sessionwarden.domain.usage_estimate import tokens_from_chars
 from sessionwarden.domain.worst_case import (
     call_worst_case,
+    media_tokens,
     output_bound,
-    prompt_chars,
+    prompt_tokens,
     requested_choices,
     requested_max_tokens,
 )
@@ -129,6 +130,9 @@ class UsageLedgerActor(GovernedActor):
         #: Every session that ever asked for admission (its first call fixed its parent,
         #: in SessionStarted): a later call's X-Session-Parent must not give it another.
         self._started: set[str] = set()
+        #: Sessions whose parent link the caps cannot follow (a cycle, too deep): their
+        #: calls and their descendants' are refused (``domain.lineage``).
+        self._cuts: dict[str, Cut] = {}
         self._overrides: dict[str, Decimal | None] = {}
         self._caps = caps_of(config, {})
         #: Whether calls pass through here, reserved and settled, since this process
@@ -166,6 +170,7 @@ class UsageLedgerActor(GovernedActor):
                 ((s, p, d, None if c is None else Decimal(c)) for s, p, d, c in conn.execute(
                     f"SELECT session_id, provider, day, {BUDGET_COST} FROM view_ledger")),
                 parents, self._clock.now())
+            self._cuts = cut_links(parents)[1]
         overrides: dict[str, Decimal | None] = {}
         for record in self._log.read_stream(BUDGETS_STREAM):
             event = CODEC.decode(record.type, record.data)
@@ -218,11 +223,23 @@ class UsageLedgerActor(GovernedActor):
         self._started.add(session)
         if (first and request.parent_session and session not in spend.parents
                 and not spend.knows(Scope("session", session))):
+            refused = parent_refusal(spend.parents, session, request.parent_session)
+            if refused is not None:
+                # Cut for good (issue 21 §4). The parent named stays in the request, so
+                # SessionStarted records it and a restart cuts the same link again.
+                self._cuts[session] = Cut(request.parent_session, refused.code)
+                return msgspec.structs.replace(request, budget=refused)
             spend = adopt(spend, session, request.parent_session)
         parent = spend.parents.get(session, "")
         if request.purpose:  # a side call is charged when it ends, never refused
             self._spend = spend
             return msgspec.structs.replace(request, parent_session=parent)
+        if self._cuts:  # none in a log without a refused parent: no walk then
+            refused = inherited_refusal(spend.parents, self._cuts, session)
+            if refused is not None:
+                self._spend = spend
+                return msgspec.structs.replace(request, parent_session=parent,
+                                               budget=refused)
         now = self._clock.now()
         decided = reserve(spend, self._caps, self._budget_call(request, now), now)
         if isinstance(decided, Reserved):
@@ -280,7 +297,11 @@ class UsageLedgerActor(GovernedActor):
             if (message.parent and session not in self._started
                     and session not in self._spend.parents
                     and not self._spend.knows(Scope("session", session))):
-                self._spend = adopt(self._spend, session, message.parent)
+                refused = parent_refusal(self._spend.parents, session, message.parent)
+                if refused is not None:  # cut as at admission: a restart cuts it too
+                    self._cuts[session] = Cut(message.parent, refused.code)
+                else:
+                    self._spend = adopt(self._spend, session, message.parent)
             self._spend = charge(self._spend, message.session_id, message.provider, cost,
                                  self._clock.now())
 
@@ -340,12 +361,13 @@ def _input_estimate(request: CallRequest) -> int:
     """The tokens a call's prompt may bill, before governance has counted its history.
 
     Counted here, where only a capped call's reservation needs it, not on the proxy's
-    request path: the client's items as sent (and the tool schemas, billed as input).
+    request path: the client's items as sent (and the tool schemas, billed as input),
+    each image, audio or file part at ``domain.worst_case.MEDIA_PART_TOKENS``.
     """
-    if request.estimated_tokens:
-        return request.estimated_tokens
     body = request.body
     items = getattr(body, "items", None)
+    if request.estimated_tokens:  # governance's, of the text: its media parts added
+        return request.estimated_tokens + (media_tokens(items) if items else 0)
     if items is None:
         return 0
-    return tokens_from_chars(prompt_chars(items, getattr(body, "fields", {}) or {}))
+    return prompt_tokens(items, getattr(body, "fields", {}) or {})

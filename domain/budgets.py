@@ -42,11 +42,13 @@ Decisions where the issue is silent:
 - The per-provider cap is per UTC day (an all-time cap over the log would block a
   provider for ever once reached); a provider's prepaid balance is the credits tracker's.
 - A session's parent is the first one named for it and never changes; a parent that would
-  make a cycle, or a chain above :data:`MAX_ANCESTRY` sessions, is ignored (a client
-  controls the header). A parent may become known after its child spent (a subagent's
-  subagent calls before its parent did): :func:`adopt` then adds the subtree's spent and
-  reserved money to every new ancestor, even past its cap (the money is gone); the
-  ancestor's cap then refuses the next call anywhere in its subtree.
+  make a cycle, or a chain above :data:`MAX_ANCESTRY` sessions, is not adopted, and the
+  ledger refuses the session's calls (``domain.lineage``, issue 21 §4: ignored, it made
+  the session a root free of the caps above). A parent may become known after its
+  child spent (a subagent's subagent calls before its parent did): :func:`adopt` then
+  adds the subtree's spent and reserved money to every new ancestor, even past its cap
+  (the money is gone); the ancestor's cap then refuses the next call anywhere in its
+  subtree.
 - Reserving a call id that already holds a reservation returns that reservation
   unchanged (a retried admission must not reserve twice); settling or releasing one that
   holds none raises :class:`~sessionwarden.domain.errors.UnknownCall`.
@@ -68,6 +70,7 @@ from typing import Any, Literal
 
 import msgspec
 from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.domain.lineage import CODE_PARENT_TOO_DEEP, MAX_ANCESTRY, cut_links
 
 __all__ = [
     "CODE_CAP_EXHAUSTED",
@@ -92,9 +95,6 @@ __all__ = [
     "settle",
 ]
 
-#: The longest chain of ancestors a parent may have (no real agent nests this deep; it
-#: bounds the walk a call makes up its lineage).
-MAX_ANCESTRY = 64
 
 CODE_REQUEST_EXCEEDS_CAP = "request_exceeds_cap"
 CODE_CAP_EXHAUSTED = "cap_exhausted"
@@ -309,7 +309,8 @@ def adopt(spend: Spend, session_id: str, parent_id: str) -> Spend:
     """Record that ``session_id`` is a child of ``parent_id`` (``X-Session-Parent``).
 
     The first parent named for a session is kept; an empty one, a cycle, or a parent
-    whose own chain is :data:`MAX_ANCESTRY` long changes nothing. The child's subtree
+    whose own chain is :data:`MAX_ANCESTRY` long changes nothing (the caller refuses the
+    last two first: ``domain.lineage.parent_refusal``). The child's subtree
     money (spent, reserved, unknown) joins the parent and each of its ancestors, so a
     parent learned late still counts what its new descendants already spent.
     """
@@ -489,19 +490,17 @@ def rebuild(rows: Iterable[tuple[str, str, str, Decimal | None]],
 
     ``rows`` are ``(session_id, provider, day, cost)`` (``day`` the UTC day, cost None when
     unknown); ``parents`` each session's first-named parent, in the order the sessions
-    started (:func:`adopt`'s rules are applied in it). Sessions sum their subtree;
-    only today's (UTC, of ``now``) day scopes are kept. A call of unknown cost counts $0
-    and one ``unknown`` (its reservation was memory only: the views say the figure is a
-    lower bound). Nothing is reserved: calls in flight died with the previous process.
+    started (``domain.lineage.cut_links`` applies :func:`adopt`'s rules in it: the links
+    kept are the lineage calls walk). Sessions sum their subtree over every recorded link
+    but one closing a cycle: a chain deeper than :data:`MAX_ANCESTRY`, recorded while no
+    cap applied, is cut for the walk (its sessions' calls are refused), yet what its
+    sessions spent counts in every ancestor (issue 21 §4). Only today's (UTC, of ``now``)
+    day scopes are kept. A call of unknown cost counts $0 and one ``unknown`` (its
+    reservation was memory only: the views say the figure is a lower bound). Nothing is
+    reserved: calls in flight died with the previous process.
     """
     today = _day(now)
-    kept: dict[str, str] = {}
-    for child, parent in parents.items():  # the same rules adopt() applies, one by one
-        if not parent or parent == child:
-            continue
-        above = _lineage(kept, parent)
-        if Scope("session", child) not in above and len(above) < MAX_ANCESTRY:
-            kept[child] = parent
+    kept, cuts = cut_links(parents)
     own: dict[str, Tally] = {}
     tallies: dict[Scope, Tally] = {}
 
@@ -515,10 +514,69 @@ def rebuild(rows: Iterable[tuple[str, str, str, Decimal | None]],
         if day == today:
             add(tallies, Scope("provider", provider, today), amount, unknown)
             add(tallies, Scope("day", today), amount, unknown)
-    for session_id, tally in own.items():
-        for scope in _lineage(kept, session_id):
-            add(tallies, scope, tally.spent, tally.unknown)
+    counted = {child: parent for child, parent in parents.items()
+               if child in kept or (child in cuts and cuts[child].code == CODE_PARENT_TOO_DEEP)}
+    for session_id, tally in _subtrees(own, _acyclic(counted)).items():
+        tallies[Scope("session", session_id)] = tally
     buckets: dict[int, dict[Scope, Tally]] = {}
     for scope, tally in tallies.items():
         buckets.setdefault(hash(scope) & _MASK, {})[scope] = tally
     return Spend(buckets, {}, kept, today)
+
+
+def _acyclic(links: Mapping[str, str]) -> dict[str, str]:
+    """``links`` (child to parent, in order) without those that would close a cycle.
+
+    Each child has one parent, so the links make trees; a link closes a cycle when the
+    child is the root of its parent's tree. The roots are tracked with path compression,
+    so the whole is near linear however deep the chains (no bounded walk here: these
+    links may be deeper than :data:`MAX_ANCESTRY`).
+    """
+    root: dict[str, str] = {}
+
+    def find(session: str) -> str:
+        path = []
+        while session in root:
+            path.append(session)
+            session = root[session]
+        for step in path:
+            root[step] = session
+        return session
+
+    kept: dict[str, str] = {}
+    for child, parent in links.items():
+        top = find(parent)
+        if top == child:
+            continue
+        root[child] = top
+        kept[child] = parent
+    return kept
+
+
+def _subtrees(own: Mapping[str, Tally], links: Mapping[str, str]) -> dict[str, Tally]:
+    """Each session's subtree money over the acyclic ``links``: sessions that hold some.
+
+    A session with no money in its subtree gets no tally (``Spend.knows`` stays false
+    for it, as before it spent). Children are summed before their parents in one pass.
+    """
+    children: dict[str, list[str]] = {}
+    for child, parent in links.items():
+        children.setdefault(parent, []).append(child)
+    nodes = set(own) | set(links) | set(children)
+    order: list[str] = []
+    stack = [session for session in nodes if session not in links]
+    while stack:
+        session = stack.pop()
+        order.append(session)
+        stack.extend(children.get(session, ()))
+    totals: dict[str, Tally] = {}
+    for session in reversed(order):
+        total = own.get(session)
+        for child in children.get(session, ()):
+            below = totals.get(child)
+            if below is not None:
+                total = below if total is None else Tally(
+                    total.spent + below.spent, _ZERO, total.unknown + below.unknown)
+        if total is not None:
+            totals[session] = total
+    return totals

@@ -7,7 +7,9 @@ hands the request on to the session's actor with its answer in ``CallRequest.bud
 This stage turns that answer into the session's record: a
 :class:`~sessionwarden.domain.budgets.Refusal` becomes a refusal (HTTP 402, recorded as
 CallRefused by stage ``budgets``, with ``Retry-After`` when a daily cap is the one in
-the way); a held reservation, or no answer (no ledger: embedders, tests), proceeds.
+the way), and so does a ``domain.lineage.ParentRefusal`` (HTTP 400: a session whose
+parent link the caps cannot follow, too deep or a cycle); a held reservation, or no
+answer (no ledger: embedders, tests), proceeds.
 
 It runs right after validation and before context governance, so a refused call
 writes no spill file and costs no summary; the worst case is therefore reckoned on the
@@ -21,6 +23,7 @@ import msgspec
 from sessionwarden.domain.admission import Proceed, Refuse, StageResult, stage
 from sessionwarden.domain.budgets import Caps, Refusal, Scope, Spend, Tally
 from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.lineage import ParentRefusal
 from sessionwarden.domain.session import SessionState
 
 __all__ = ["SessionBudget", "budget_of", "session_budget", "spend_caps"]
@@ -30,7 +33,7 @@ __all__ = ["SessionBudget", "budget_of", "session_budget", "spend_caps"]
 def spend_caps(state: SessionState, request: CallRequest, now: datetime) -> StageResult:
     """Refuse the call the ledger refused; let a reserved (or unjudged) call through."""
     decision = request.budget
-    if isinstance(decision, Refusal):
+    if isinstance(decision, Refusal | ParentRefusal):
         return Refuse(decision.status, decision.message, decision.code, decision.kind,
                       retry_after_s=decision.retry_after_s)
     return Proceed(request)

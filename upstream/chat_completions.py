@@ -89,6 +89,31 @@ class ChatItems:
 
 _ITEMS = ChatItems()
 
+#: The fields that count answers or output tokens: each must be a JSON integer when
+#: given (null is "not given"). The worst case a cap holds reads only integers, and a
+#: lenient server reads ``"100"`` or ``100.0`` as 100 (issue 21 §7: ``n: "100"`` reserved
+#: one answer and was billed a hundred), so such a value is refused, never forwarded.
+#: ``max_output_tokens`` is the Responses API's name, which a lenient server may honour.
+_INTEGER_FIELDS = ("n", "max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+def _integer_problems(fields: Mapping[str, Any]) -> tuple[str, ...]:
+    """A sentence for each of :data:`_INTEGER_FIELDS` given as anything but an integer.
+
+    A boolean is not an integer (``True`` is 1 to Python, not to JSON). The range is
+    the provider's to judge: a non-positive value reserves as none does (the default
+    bound), which no server bills beyond.
+    """
+    problems = []
+    for key in _INTEGER_FIELDS:
+        value = fields.get(key)
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            continue
+        shown = _encode(value)[:40].decode(errors="replace")
+        problems.append(f"'{key}' must be an integer (a JSON number without a fraction or "
+                        f"an exponent), not {shown}")
+    return tuple(problems)
+
 
 class ChatCompletions:
     """``POST /chat/completions`` in the OpenAI format."""
@@ -138,6 +163,7 @@ class ChatCompletions:
                 problems = ("'messages' must be a list",)
         except msgspec.ValidationError:
             problems = ("'messages' must be a list",)
+        problems += _integer_problems(fields)
         return Conversation(fields, items, _ITEMS), RequestShape(
             model=model, stream=fields.get("stream") is True, message_count=len(items),
             problems=problems,
