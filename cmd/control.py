@@ -6,7 +6,10 @@
   stream is read in a worker thread: the event loop
   never waits on SQLite.
 - ``POST /v1/sessions/{id}/compact``, with an optional JSON body ``{"focus": "..."}``
-  (a topic the summary should keep: at most 500 printable characters): asks the
+  (a topic the summary should keep: at most 500 printable characters, and no API key
+  or token: a focus the redactor would change is refused with 400, as ``keys`` refuses
+  a key where a name belongs, since a focus is stored in the log, echoed back and sent
+  to the summariser): asks the
   session's actor to compress the session's history, and answers 202 once the request is
   durable (a ``CompactionRequested`` event). The compression happens at the session's
   next call: the daemon keeps hashes of a stateless client's history, not the history,
@@ -52,6 +55,7 @@ from sessionwarden.cmd.errors import BodyTooLarge
 from sessionwarden.cmd.http import ASGIReceive, ASGISend, read_body, send_error, send_json
 from sessionwarden.cmd.runtime import Runtime
 from sessionwarden.cmd.session_status import read_status, status_json
+from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
 
 __all__ = ["CONTROL_PREFIX", "KEYS_PATH", "MAX_FOCUS_CHARS", "SESSION_ID", "control", "keys"]
@@ -180,6 +184,14 @@ async def _focus(receive: ASGIReceive, send: ASGISend) -> str | None:
         await send_error(send, 400, f"focus must be at most {MAX_FOCUS_CHARS} printable "
                          "characters (no line breaks or control characters)",
                          code="invalid_focus")
+        return None
+    if default_redactor.redact(focus) != focus:
+        # Refused, not redacted: a focus is the client's words, stored in the log, echoed
+        # in the 202 and in the session's status, and sent to the summariser; a key there
+        # is a mistake to be told about, and the error never repeats the focus.
+        await send_error(send, 400, "focus looks like it holds an API key or token (a key "
+                         "the daemon uses, sk-…, Bearer …, api_key=…); it would be stored "
+                         "and sent on: name the topic without it", code="invalid_focus")
         return None
     return focus
 

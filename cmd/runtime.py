@@ -134,8 +134,11 @@ class Runtime:
         log, clock_ = self.log, self.clock
         #: Where spill files are written (``[tools].spill_dir``, else beside the log).
         self.spill_dir = spill_directory(config, db_path)
+        # A spilled tool result is scrubbed by the log's redactor (registered keys and
+        # key-shaped patterns) before its file is named and written (issue 21, item 9).
         pipeline = pipeline or default_pipeline(config, str(self.spill_dir),
-                                                config.daemon.record_messages, _holds_secret)
+                                                config.daemon.record_messages, _holds_secret,
+                                                default_redactor.redact)
         # A call the upstream finds too long is governed again: compressed to half the
         # usual target, by the builtin summariser (no side call while a client waits).
         lower = config.compression
@@ -143,7 +146,7 @@ class Runtime:
                                         target_ratio=max(0.05, lower.target_ratio / 2))
         resend = default_pipeline(msgspec.structs.replace(config, compression=lower),
                                   str(self.spill_dir), config.daemon.record_messages,
-                                  _holds_secret).stages[-1]
+                                  _holds_secret, default_redactor.redact).stages[-1]
         self.performers[SpillWork] = partial(write_spills, SpillStore(self.spill_dir))
         # Built once: the price library's data loads here (about 0.2 s), never per call.
         prices = PriceBook(config)

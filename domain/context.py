@@ -65,18 +65,24 @@ def _nothing(data: bytes) -> bool:
     return False
 
 
+def _same(text: str) -> str:
+    return text
+
+
 class ContextSettings(NamedTuple):
     """What the stage needs from outside: the config, where spills go, what to record.
 
     ``holds_secret`` says whether a content holds an API key the daemon uses (the
     redactor's registered secrets, injected): such a content is sent, as the client
-    wrote it, but never stored in the log.
+    wrote it, but never stored in the log. ``scrub`` replaces the secrets of a tool
+    result about to be spilled (the redactor, injected): a spill file never holds one.
     """
 
     config: Config
     spill_dir: str
     record_messages: bool = True
     holds_secret: Callable[[bytes], bool] = _nothing
+    scrub: Callable[[str], str] = _same
 
 
 class _Call(NamedTuple):
@@ -139,7 +145,8 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
                  tuple(content_ref(raw) for raw in system))
     model = settings.config.model_for(request.provider, request.model)
     limits = resolve_limits(settings.config.tools, model.context_length if model else None)
-    plan = plan_spills(messages, limits, settings.spill_dir, first=leading + len(base.client))
+    plan = plan_spills(messages, limits, settings.spill_dir, first=leading + len(base.client),
+                       scrub=settings.scrub)
     if not plan.files:
         return _extend(settings, state, call, messages, plan, SpillOutcome(), now)
 

@@ -32,10 +32,16 @@ The rules:
 * **Names.** A spill file is named by the SHA-256 of the content's UTF-8 bytes
   (:func:`spill_name`), never by a client-supplied id: no id can escape the directory,
   and the same content always lands in the same file.
+* **No secret at rest** (issue 21, item 9). A result is scrubbed (the ``scrub`` given to
+  :func:`plan_turn`: the daemon passes the log's redactor, registered keys and key-shaped
+  patterns) before anything is derived from it: the file, its name (the hash names the
+  scrubbed content), the preview and the inline fallback all come from the scrubbed
+  text, and the stand-in says that something was redacted (:data:`REDACTED_NOTE`).
+  Only a spilled result is scrubbed: one sent inline is the client's own text.
 
-Everything is deterministic: the same content, limits and directory give byte-identical
-text, so a stateless client resending its history gets the very stand-in it got before
-and the provider's prompt cache keeps hitting. Lengths are counted in characters (code
+Everything is deterministic: the same content, limits, directory and secrets give
+byte-identical text, so a stateless client resending its history gets the very stand-in
+it got before and the provider's prompt cache keeps hitting. Lengths are counted in characters (code
 points), like the config's ``*_chars`` keys.
 
 Decisions taken where the issue is silent: the file holds the content verbatim (its
@@ -47,7 +53,7 @@ covers it); the note precedes the preview so the agent learns first where the re
 
 import hashlib
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -61,6 +67,7 @@ __all__ = [
     "MIN_TURN_BUDGET_CHARS",
     "PINNED_TOOLS",
     "PREVIEW_END",
+    "REDACTED_NOTE",
     "RESULT_WINDOW_FRACTION",
     "SPILL_SUFFIX",
     "TRUNCATION_MARKER",
@@ -99,6 +106,9 @@ MIN_TURN_BUDGET_CHARS = 16_000
 PREVIEW_END = "\n[end of preview]"
 #: How the inline fallback's last line starts, so a reader can tell it was cut.
 TRUNCATION_MARKER = "[sessionwarden truncated this tool result"
+#: The line a stand-in carries when scrubbing changed the result (file and preview alike).
+REDACTED_NOTE = ("Secrets in it (API keys, tokens) were redacted: each is replaced by"
+                 " [REDACTED:fp:…] in the file and in the preview.\n")
 
 #: Why a result is spilled: over its own threshold, or to bring its turn under budget.
 SpillReason = Literal["threshold", "turn_budget"]
@@ -207,7 +217,7 @@ def _size(nbytes: int) -> str:
     return f"{kib / 1024:.1f} MB" if kib >= 1024 else f"{kib:.1f} KB"
 
 
-def spill_note(path: str, chars: int, nbytes: int, shown: int) -> str:
+def spill_note(path: str, chars: int, nbytes: int, shown: int, redacted: bool = False) -> str:
     """The note that heads a spilled result's stand-in, up to where the preview starts.
 
     Args:
@@ -215,10 +225,12 @@ def spill_note(path: str, chars: int, nbytes: int, shown: int) -> str:
         chars: the full result's length in characters.
         nbytes: the spill file's size in bytes.
         shown: the preview's length in characters.
+        redacted: scrubbing replaced secrets in it (:data:`REDACTED_NOTE` is added).
     """
     return (
         f"[sessionwarden saved this tool result to a file: it was too large to send"
         f" inline ({chars:,} characters, {_size(nbytes)})]\n"
+        f"{REDACTED_NOTE if redacted else ''}"
         f"Full output: {path}\n"
         "Read that file (in pages: offset and limit) if you need more than the preview;"
         " do not run the tool or fetch the data again to see it.\n"
@@ -226,20 +238,29 @@ def spill_note(path: str, chars: int, nbytes: int, shown: int) -> str:
     )
 
 
-def spilled_text(content: str, path: str, budget: int) -> str:
-    """The stand-in for ``content`` saved at ``path``: note, preview (``budget``), end line."""
+def spilled_text(content: str, path: str, budget: int, redacted: bool = False) -> str:
+    """The stand-in for ``content`` saved at ``path``: note, preview (``budget``), end line.
+
+    ``content`` is what the file holds (already scrubbed); ``redacted`` says scrubbing
+    changed it.
+    """
     head = preview(content, budget)
-    note = spill_note(path, len(content), len(spill_bytes(content)), len(head))
+    note = spill_note(path, len(content), len(spill_bytes(content)), len(head), redacted)
     return note + head + PREVIEW_END
 
 
-def truncated_text(content: str, budget: int) -> str:
+def truncated_text(content: str, budget: int, redacted: bool = False) -> str:
     """The inline fallback when the spill file could not be written: preview and marker."""
     head = preview(content, budget)
+    secrets = "; secrets in it were redacted" if redacted else ""
     return (
         f"{head}\n{TRUNCATION_MARKER}: showing the first {len(head):,} of"
-        f" {len(content):,} characters; the full output could not be saved]"
+        f" {len(content):,} characters; the full output could not be saved{secrets}]"
     )
+
+
+def _same(text: str) -> str:
+    return text
 
 
 class SpillDecision(msgspec.Struct, frozen=True, kw_only=True):
@@ -248,10 +269,12 @@ class SpillDecision(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         index: the result's position in the turn's list.
         reason: over its own threshold, or largest while the turn was over budget.
-        name: the spill file's name (:func:`spill_name`).
-        chars: the result's full length in characters.
+        name: the spill file's name (:func:`spill_name` of ``content``).
+        chars: the scrubbed result's full length in characters.
         preview_chars: the preview budget used (for :func:`truncated_text` on a failure).
         replacement: :func:`spilled_text` at ``<spill_dir>/<name>``.
+        content: the result scrubbed: what the file holds, what a fallback previews.
+        redacted: scrubbing changed the result.
     """
 
     index: int
@@ -260,6 +283,8 @@ class SpillDecision(msgspec.Struct, frozen=True, kw_only=True):
     chars: int
     preview_chars: int
     replacement: str
+    content: str
+    redacted: bool = False
 
 
 class TurnPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -277,8 +302,13 @@ class TurnPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _decide(
-    index: int, content: str, reason: SpillReason, budget: int, spill_dir: str
+    index: int, original: str, reason: SpillReason, budget: int, spill_dir: str,
+    scrub: Callable[[str], str],
 ) -> SpillDecision:
+    # Scrubbed first: the name, the file, the preview and the sizes are the scrubbed
+    # text's, so no secret reaches the disk and the hash names what the file holds.
+    content = scrub(original)
+    redacted = content != original
     name = spill_name(content)
     return SpillDecision(
         index=index,
@@ -286,12 +316,15 @@ def _decide(
         name=name,
         chars=len(content),
         preview_chars=budget,
-        replacement=spilled_text(content, posixpath.join(spill_dir, name), budget),
+        replacement=spilled_text(content, posixpath.join(spill_dir, name), budget, redacted),
+        content=content,
+        redacted=redacted,
     )
 
 
 def plan_turn(
-    results: Sequence[tuple[str, str, bool]], limits: Limits, spill_dir: str
+    results: Sequence[tuple[str, str, bool]], limits: Limits, spill_dir: str,
+    scrub: Callable[[str], str] = _same,
 ) -> TurnPlan:
     """Decide which of one turn's tool results to spill.
 
@@ -301,6 +334,8 @@ def plan_turn(
         limits: from :func:`resolve_limits`.
         spill_dir: the spill directory as the agent should see it (named in the notes);
             pass ``str(SpillStore.directory)`` so a note's path is the file's path.
+        scrub: replaces the secrets of a result about to be spilled (the daemon's
+            redactor); the identity by default.
     """
     decided: dict[int, SpillDecision] = {}
     sizes = [len(content) for _, content, _ in results]
@@ -318,7 +353,7 @@ def plan_turn(
             continue
         if len(content) > threshold:
             budget = min(limits.preview_chars, threshold)
-            decided[index] = _decide(index, content, "threshold", budget, spill_dir)
+            decided[index] = _decide(index, content, "threshold", budget, spill_dir, scrub)
             sizes[index] = len(decided[index].replacement)
         else:
             candidates.append(index)
@@ -330,7 +365,8 @@ def plan_turn(
         content = results[index][1]
         if len(content) <= limits.preview_chars:
             continue  # its stand-in would be the whole of it plus the note
-        decision = _decide(index, content, "turn_budget", limits.preview_chars, spill_dir)
+        decision = _decide(index, content, "turn_budget", limits.preview_chars, spill_dir,
+                           scrub)
         if len(decision.replacement) >= len(content):
             continue
         decided[index] = decision

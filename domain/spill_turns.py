@@ -13,7 +13,7 @@ whose call is not among them (it came in an earlier request) is named by the res
 itself, or not at all (then the default limit applies).
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import msgspec
@@ -59,7 +59,6 @@ class _Spill(NamedTuple):
     part: int
     tool: str
     decision: SpillDecision
-    content: str
 
 
 class SpillPlan(NamedTuple):
@@ -83,9 +82,17 @@ def _text(result: ToolResult) -> str | None:
     return "".join(texts)
 
 
+def _same(text: str) -> str:
+    return text
+
+
 def plan_spills(messages: Sequence[Message], limits: Limits, spill_dir: str,
-                first: int = 0) -> SpillPlan:
-    """Plan the spills of ``messages`` (a call's new ones; ``first``: the first's index)."""
+                first: int = 0, scrub: Callable[[str], str] = _same) -> SpillPlan:
+    """Plan the spills of ``messages`` (a call's new ones; ``first``: the first's index).
+
+    ``scrub`` replaces the secrets of each result spilled (``domain.spill.plan_turn``):
+    the files, their names and the stand-ins hold the scrubbed text.
+    """
     spills: list[_Spill] = []
     files: dict[str, SpillFile] = {}
     names: dict[str, str] | None = None  # built once a turn needs planning
@@ -100,11 +107,12 @@ def plan_spills(messages: Sequence[Message], limits: Limits, spill_dir: str,
                      if isinstance(part, ToolCall)}
         entries = [(names.get(result.call_id) or result.name or "", text or "",
                     text is None or text.startswith(_OURS)) for _, _, result, text in turn]
-        for decision in plan_turn(entries, limits, spill_dir).spills:
+        for decision in plan_turn(entries, limits, spill_dir, scrub).spills:
             index, position, _, _ = turn[decision.index]
-            tool, content, _ = entries[decision.index]
-            spills.append(_Spill(index, position, tool, decision, content))
-            files.setdefault(decision.name, SpillFile(decision.name, spill_bytes(content)))
+            tool = entries[decision.index][0]
+            spills.append(_Spill(index, position, tool, decision))
+            files.setdefault(decision.name,
+                             SpillFile(decision.name, spill_bytes(decision.content)))
 
     for index, message in enumerate(messages):
         if message.role in ("user", "assistant"):
@@ -145,8 +153,8 @@ def apply_spills(plan: SpillPlan, outcome: SpillOutcome, messages: Sequence[Mess
         for spill in spills:
             decision = spill.decision
             error = outcome.failed.get(decision.name, "")
-            text = (truncated_text(spill.content, decision.preview_chars) if error
-                    else decision.replacement)
+            text = (truncated_text(decision.content, decision.preview_chars,
+                                   decision.redacted) if error else decision.replacement)
             result = parts[spill.part]
             assert isinstance(result, ToolResult)
             parts[spill.part] = msgspec.structs.replace(result, parts=(Text(text),))

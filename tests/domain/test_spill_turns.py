@@ -4,7 +4,13 @@ from typing import Any
 
 from sessionwarden.config import ToolsConfig
 from sessionwarden.domain.messages import Message, ToolResult
-from sessionwarden.domain.spill import TRUNCATION_MARKER, resolve_limits, spill_bytes, spill_name
+from sessionwarden.domain.spill import (
+    REDACTED_NOTE,
+    TRUNCATION_MARKER,
+    resolve_limits,
+    spill_bytes,
+    spill_name,
+)
 from sessionwarden.domain.spill_turns import SpillOutcome, apply_spills, plan_spills
 from sessionwarden.upstream.chat_completions import ChatItems
 from sessionwarden.upstream.chat_messages import to_neutral
@@ -83,3 +89,41 @@ def test_turns_are_budgeted_apart_and_a_result_without_its_call_takes_the_defaul
     # the next largest goes too (the first of equals: a). The lone result is its own turn.
     assert [(s.message, s.tool, s.decision.reason) for s in plan.spills] == [
         (0, "", "threshold"), (3, "t", "turn_budget"), (6, "t", "turn_budget")]
+
+
+# -- no secret at rest (issue 21, item 9) ---------------------------------------------------
+
+KEY = "plainkey-0123456789abcdef"
+
+
+def scrub(text: str) -> str:
+    return text.replace(KEY, "[REDACTED:fp:000000000000]")
+
+
+def test_a_spilled_result_is_scrubbed_before_it_is_named_written_and_previewed() -> None:
+    big = f"env: {KEY}\n" + "line\n" * 400 + KEY
+    clean = scrub(big)
+    messages = to_neutral([calls(("c1", "terminal")), result("c1", big)])
+    plan = plan_spills(messages, LIMITS, "/spill", scrub=scrub)
+    [spill] = plan.spills
+    assert spill.decision.redacted and spill.decision.content == clean
+    # The name is the scrubbed text's hash, the file the scrubbed bytes.
+    assert [(f.name, f.data) for f in plan.files] == [(spill_name(clean), spill_bytes(clean))]
+    out, events = apply_spills(plan, SpillOutcome(), messages, CODEC, "c")
+    text = text_of(out[1][0])
+    assert KEY not in text and REDACTED_NOTE in text and "[REDACTED:fp:" in text
+    assert events[0].chars == len(clean) and events[0].bytes == len(spill_bytes(clean))
+    # A failed write previews the scrubbed text too, and says so.
+    out, _ = apply_spills(plan, SpillOutcome({spill_name(clean): "disk full"}), messages,
+                          CODEC, "c")
+    fallback = text_of(out[1][0])
+    assert KEY not in fallback and fallback.endswith("secrets in it were redacted]")
+
+
+def test_a_result_without_secrets_is_spilled_as_before() -> None:
+    big = "line\n" * 400
+    messages = to_neutral([calls(("c1", "terminal")), result("c1", big)])
+    scrubbed = plan_spills(messages, LIMITS, "/spill", scrub=scrub)
+    assert scrubbed == plan_spills(messages, LIMITS, "/spill")
+    assert not scrubbed.spills[0].decision.redacted
+    assert REDACTED_NOTE not in scrubbed.spills[0].decision.replacement
