@@ -75,6 +75,7 @@ from sessionwarden.domain.budgets import (
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.lineage import Cut, cut_links, inherited_refusal, parent_refusal
 from sessionwarden.domain.price_book import PriceBook
+from sessionwarden.domain.session import session_stream
 from sessionwarden.domain.spend_caps import session_budget
 from sessionwarden.domain.worst_case import (
     call_worst_case,
@@ -158,10 +159,12 @@ class UsageLedgerActor(GovernedActor):
         with conn:  # one read transaction: the ledger and the parents agree
             # In the order the sessions started, the order adopt() saw them live: the
             # chain's depth bound cuts the same link (by id, it cut another, or none).
+            # The order of their first events, not their times: sessions started within
+            # one clock tick (or on a fake clock) would be taken by id.
             parents = {str(s): str(p) for s, p in conn.execute(
                 "SELECT p.session_id, p.parent FROM view_session_parents p"
-                " LEFT JOIN view_sessions s ON s.session_id = p.session_id"
-                " ORDER BY s.started_at, p.session_id")}
+                " LEFT JOIN view_streams v ON v.stream = ? || p.session_id"
+                " ORDER BY v.first_seq, p.session_id", (session_stream(""),))}
             self._started.update(str(s) for (s,) in conn.execute(
                 "SELECT session_id FROM view_sessions"))
             last = conn.execute("SELECT MAX(seq) FROM view_ledger").fetchone()
@@ -217,12 +220,14 @@ class UsageLedgerActor(GovernedActor):
         spend = self._spend
         session = request.session_id
         # A parent counts only on a session's first call (SessionStarted records the
-        # parent this returns, and a restart folds that back), and only for a session the
-        # ledger has not seen spend anything: a lineage must not change under its money.
+        # parent this returns, and a restart folds that back): a lineage must not change
+        # under money the session spent. A session that never called may hold its
+        # descendants' money (a subagent's subagent called first): adopt() moves that
+        # up to its new ancestors. Ignoring its parent instead made it a root free of
+        # the caps above, or let a cycle's second link pass silently (issue 21 §4).
         first = session not in self._started
         self._started.add(session)
-        if (first and request.parent_session and session not in spend.parents
-                and not spend.knows(Scope("session", session))):
+        if first and request.parent_session and session not in spend.parents:
             refused = parent_refusal(spend.parents, session, request.parent_session)
             if refused is not None:
                 # Cut for good (issue 21 §4). The parent named stays in the request, so

@@ -112,8 +112,11 @@ def parent_refusal(parents: Mapping[str, str], session_id: str,
     """The refusal of ``session_id`` naming ``parent_id``, or None when the link holds.
 
     Refused: a parent that descends from the session (a cycle), or one whose chain is
-    :data:`MAX_ANCESTRY` sessions long already (the session would be one more).
+    :data:`MAX_ANCESTRY` sessions long already (the session would be one more). An empty
+    parent, or the session itself, is no link at all, as without the header.
     """
+    if not parent_id or parent_id == session_id:
+        return None
     fault = _fault(parents, session_id, parent_id)
     if fault is None:
         return None

@@ -120,8 +120,10 @@ def test_absurd_output_limits_are_refused_or_reserved_sanely(
             {"max_tokens": 1e300}, {"max_tokens": None}, {"max_tokens": True},
             {"max_completion_tokens": 10**12}, {"max_completion_tokens": 1, "max_tokens": 10**9},
         )]
-    # No limit the daemon can read: the default bound (32,768 tokens, $0.26) > the cap.
-    assert odd == [402] * 8
+    # A limit that is not an integer is refused as such (issue 21 §7: a lenient server
+    # reads "1000" as 1,000); one the daemon cannot use (-1, null): the default bound
+    # (32,768 tokens, $0.26) > the cap.
+    assert odd == [402, 400, 400, 400, 402, 400, 402, 402]
     assert fake.state.snapshot() == []
     with control(daemon) as api:
         budget = api.get("/v1/sessions/limits/budget").json()
@@ -161,20 +163,26 @@ def test_parent_cycles_self_parents_and_deep_chains_hold_across_a_restart(
     tmp_path: Path, fake: FakeProviderServer
 ) -> None:
     daemon = start(tmp_path, fake, extra="")
-    names = ["a", "b", "self", "deep-000", "deep-001", "deep-002", "deep-064", "deep-065"]
+    names = ["a", "b", "self", "deep-000", "deep-001", "deep-002", "deep-003", "deep-064",
+             "deep-065"]
     try:
         with control(daemon) as api:
             for name in ("a", "b", "self"):
                 api.put(f"/v1/sessions/{name}/budget", json={"session_usd": "5"})
         lineage = [("a", "b"), ("b", "a"), ("self", "self")]
-        # A chain 66 deep (the ledger follows 64), children sorted before their parents.
+        # A chain 67 deep (the ledger follows 64), children sorted before their parents.
         lineage += [(f"deep-{i:03d}", f"deep-{i + 1:03d}") for i in range(65, -1, -1)]
+        # A parent making a cycle, or a chain past the bound, is refused (issue 21 §4):
+        # deep-002 would make it 65 long (deep-066 … deep-002), and deep-001 and
+        # deep-000 descend from it.
+        refused = {"b", "deep-002", "deep-001", "deep-000"}
         with control(daemon) as raw:  # one plain client: 70 SDK clients are slow to make
             for session, parent in lineage:
                 assert raw.post("/v1/chat/completions", json={
                     "model": "priced", "messages": [{"role": "user", "content": "hi"}],
                     "max_tokens": 100, **usage(10, 10)}, headers={
-                    "X-Session-Id": session, "X-Session-Parent": parent}).status_code == 200
+                    "X-Session-Id": session, "X-Session-Parent": parent}
+                ).status_code == (400 if session in refused else 200), session
         with daemon.openai(session="odd") as client:
             for parent in ("../x", "a b", "é", "x" * 10_000, "a\tb"):
                 try:
@@ -189,7 +197,10 @@ def test_parent_cycles_self_parents_and_deep_chains_hold_across_a_restart(
         daemon.stop()
     assert live["a"]["parent"] == "b" and live["b"]["parent"] == ""
     assert live["self"]["parent"] == ""
-    assert Decimal(live["b"]["spent"]) == 2 * Decimal(live["self"]["spent"]) > 0
+    # b spent nothing (refused): its subtree's money is a's.
+    assert Decimal(live["b"]["spent"]) == Decimal(live["self"]["spent"]) > 0
+    assert (live["deep-002"]["parent"], live["deep-002"]["spent"]) == ("", "0")
+    assert (live["deep-001"]["parent"], live["deep-001"]["spent"]) == ("deep-002", "0")
     again = start(tmp_path, fake)
     try:
         with control(again) as api:

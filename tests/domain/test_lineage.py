@@ -44,6 +44,8 @@ def chain_of(depth: int) -> dict[str, str]:
 
 def test_a_parent_within_the_bound_is_no_refusal() -> None:
     assert parent_refusal({}, "kid", "mom") is None
+    assert parent_refusal({"kid": "mom"}, "me", "me") is None  # no link: as no header
+    assert parent_refusal({}, "me", "") is None
     parents = chain_of(MAX_ANCESTRY - 2)  # root + 62: a chain of 63 sessions
     assert parent_refusal(parents, "last", f"c{MAX_ANCESTRY - 2}") is None
 
@@ -94,7 +96,7 @@ def live(order: list[tuple[str, str]]) -> tuple[dict[str, str], dict[str, Cut]]:
         if not parent or child in spend.parents or child in cuts:
             continue
         refusal = parent_refusal(spend.parents, child, parent)
-        if refusal is not None and parent != child:
+        if refusal is not None:
             cuts[child] = Cut(parent, refusal.code)
         else:
             spend = adopt(spend, child, parent)
