@@ -32,7 +32,7 @@ from sessionwarden.actors.shells import CompressorActor
 from sessionwarden.actors.supervisor import ActorSpec, Supervisor
 from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.cmd.price_listings import PriceListings
-from sessionwarden.cmd.spills import write_spills
+from sessionwarden.cmd.spills import SpillKeeper, write_spills
 from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.config import Config, ConfigError, ProviderConfig, find_model
 from sessionwarden.domain.admission import Pipeline
@@ -134,11 +134,14 @@ class Runtime:
         log, clock_ = self.log, self.clock
         #: Where spill files are written (``[tools].spill_dir``, else beside the log).
         self.spill_dir = spill_directory(config, db_path)
+        #: The spill directory kept under ``[tools].spill_max_mib`` (evictions recorded).
+        self.spills = SpillKeeper(SpillStore(self.spill_dir), config.tools.spill_max_mib,
+                                  self.log)
         # A spilled tool result is scrubbed by the log's redactor (registered keys and
         # key-shaped patterns) before its file is named and written (issue 21, item 9).
         pipeline = pipeline or default_pipeline(config, str(self.spill_dir),
                                                 config.daemon.record_messages, _holds_secret,
-                                                default_redactor.redact)
+                                                default_redactor.redact, self.spills.gone())
         # A call the upstream finds too long is governed again: compressed to half the
         # usual target, by the builtin summariser (no side call while a client waits).
         lower = config.compression
@@ -146,8 +149,9 @@ class Runtime:
                                         target_ratio=max(0.05, lower.target_ratio / 2))
         resend = default_pipeline(msgspec.structs.replace(config, compression=lower),
                                   str(self.spill_dir), config.daemon.record_messages,
-                                  _holds_secret, default_redactor.redact).stages[-1]
-        self.performers[SpillWork] = partial(write_spills, SpillStore(self.spill_dir))
+                                  _holds_secret, default_redactor.redact,
+                                  self.spills.gone()).stages[-1]
+        self.performers[SpillWork] = partial(write_spills, self.spills)
         # Built once: the price library's data loads here (about 0.2 s), never per call.
         prices = PriceBook(config)
         #: Keeps the providers' price listings in ``prices`` current (``pricing_url``).
@@ -206,6 +210,7 @@ class Runtime:
     def start(self) -> None:
         """Start every actor (each recovers its state from the log), then close orphans."""
         self.listings.recover()  # the recorded price listings price the orphans too
+        self.spills.recover()  # a directory over its quota (a lowered setting) is brought under
         self.supervisor.start()
         # Keys are read once, at start: which providers have none stays true until a restart.
         self.unusable = ask_blocking(self.ref("credentials"), UnusableProviders())

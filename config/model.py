@@ -255,7 +255,9 @@ class ToolsConfig(_Section, frozen=True):
     """``[tools]``: caps on tool results (per result, per turn), the preview size, the spill place.
 
     ``spill_dir`` is where spilled results are saved; empty means ``spill/`` beside the
-    database. ``result_size_chars`` / ``turn_budget_chars`` None: not written, so they
+    database. ``spill_max_mib`` bounds that directory (256 MiB unless written): past it
+    the least recently referenced files are evicted, each eviction recorded
+    (``cmd/spills.py``). ``result_size_chars`` / ``turn_budget_chars`` None: not written, so they
     scale with the model's window (``domain.spill.resolve_limits``); a written value is
     used as written, even one equal to the default.
     """
@@ -265,6 +267,7 @@ class ToolsConfig(_Section, frozen=True):
     preview_chars: _Positive = 1_500
     overrides: dict[str, _Positive] = msgspec.field(default_factory=dict)
     spill_dir: str = ""
+    spill_max_mib: Annotated[int, msgspec.Meta(ge=1, le=1_048_576)] = 256
 
 
 class CompressionConfig(_Section, frozen=True):

@@ -26,7 +26,7 @@ threshold travel with the admitted request (:class:`ContextUpdate`) and the sess
 actor adopts them once the admission is durable.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -53,6 +53,7 @@ from sessionwarden.domain.spill_turns import (
     SpillPlan,
     SpillWork,
     apply_spills,
+    mark_evicted,
     plan_spills,
 )
 from sessionwarden.domain.transcript import content_ref
@@ -76,6 +77,8 @@ class ContextSettings(NamedTuple):
     redactor's registered secrets, injected): such a content is sent, as the client
     wrote it, but never stored in the log. ``scrub`` replaces the secrets of a tool
     result about to be spilled (the redactor, injected): a spill file never holds one.
+    ``evicted`` holds the names of the spill files evicted since (a live view of the
+    spill keeper's memory, injected): a forwarded stand-in naming one is re-rendered.
     """
 
     config: Config
@@ -83,6 +86,7 @@ class ContextSettings(NamedTuple):
     record_messages: bool = True
     holds_secret: Callable[[bytes], bool] = _nothing
     scrub: Callable[[str], str] = _same
+    evicted: Collection[str] = frozenset()
 
 
 class _Call(NamedTuple):
@@ -131,6 +135,12 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
         events.append(HistoryReset(
             call_id=request.call_id, reason="restarted or unloaded: no governed history"))
     base = history or GovernedHistory()
+    kept = len(base.items)
+    # A stand-in whose spill file was evicted since it was sent says so from now on: the
+    # items from the first such one are forwarded (and recorded) anew.
+    marked = mark_evicted(base, settings.evicted, codec, settings.spill_dir)
+    if marked is not None:
+        base, kept = marked
     new = rest[len(base.client):]
     messages: list[Message] = []
     for offset, raw in enumerate(new):
@@ -141,7 +151,7 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
                           events=tuple(events))
         messages.append(read)
     system = list(items[:leading])
-    call = _Call(request, conversation, system, rest, digests, base, len(base.items), events,
+    call = _Call(request, conversation, system, rest, digests, base, kept, events,
                  tuple(content_ref(raw) for raw in system))
     model = settings.config.model_for(request.provider, request.model)
     limits = resolve_limits(settings.config.tools, model.context_length if model else None)

@@ -29,6 +29,12 @@ The rules:
   the file's path, and that the agent should read the file rather than run the tool
   again), the preview, and an end line. When the file cannot be written,
   :func:`truncated_text` is the preview and an explicit :data:`TRUNCATION_MARKER` line.
+* **Evicted files** (issue 21, item 11). The spill directory has a quota, and a file may
+  be evicted while a live session's stand-in still names it. That stand-in is then
+  re-rendered (:func:`evicted_text`): its "Full output" lines become an
+  :data:`EVICTED_LINE` saying the file was deleted to keep the directory under its
+  quota, that the preview is all that is left, and to run the tool again for the rest.
+  The rest of the stand-in (sizes, preview) stays as it was.
 * **Names.** A spill file is named by the SHA-256 of the content's UTF-8 bytes
   (:func:`spill_name`), never by a client-supplied id: no id can escape the directory,
   and the same content always lands in the same file.
@@ -53,7 +59,7 @@ covers it); the note precedes the preview so the agent learns first where the re
 
 import hashlib
 import posixpath
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -63,6 +69,7 @@ __all__ = [
     "CHARS_PER_TOKEN",
     "DEFAULT_RESULT_SIZE_CHARS",
     "DEFAULT_TURN_BUDGET_CHARS",
+    "EVICTED_LINE",
     "MIN_RESULT_SIZE_CHARS",
     "MIN_TURN_BUDGET_CHARS",
     "PINNED_TOOLS",
@@ -76,6 +83,7 @@ __all__ = [
     "SpillDecision",
     "SpillReason",
     "TurnPlan",
+    "evicted_text",
     "oversized_limits",
     "plan_turn",
     "preview",
@@ -106,6 +114,10 @@ MIN_TURN_BUDGET_CHARS = 16_000
 PREVIEW_END = "\n[end of preview]"
 #: How the inline fallback's last line starts, so a reader can tell it was cut.
 TRUNCATION_MARKER = "[sessionwarden truncated this tool result"
+#: How the line that replaces "Full output" starts once the file was evicted.
+EVICTED_LINE = "Evicted: "
+_FULL_OUTPUT = "\nFull output: "
+_PREVIEW_START = "Preview (the first "
 #: The line a stand-in carries when scrubbing changed the result (file and preview alike).
 REDACTED_NOTE = ("Secrets in it (API keys, tokens) were redacted: each is replaced by"
                  " [REDACTED:fp:…] in the file and in the preview.\n")
@@ -256,6 +268,31 @@ def truncated_text(content: str, budget: int, redacted: bool = False) -> str:
     return (
         f"{head}\n{TRUNCATION_MARKER}: showing the first {len(head):,} of"
         f" {len(content):,} characters; the full output could not be saved{secrets}]"
+    )
+
+
+def evicted_text(stand_in: str, spill_dir: str, gone: Collection[str]) -> str:
+    """``stand_in`` said as evicted if the file it names is in ``gone``; else unchanged.
+
+    Only a stand-in this module wrote for ``spill_dir`` is changed: its "Full output"
+    line and the advice to read the file are replaced by one :data:`EVICTED_LINE`.
+    """
+    start = stand_in.find(_FULL_OUTPUT)
+    if start < 0:
+        return stand_in
+    line_end = stand_in.find("\n", start + 1)
+    preview_at = stand_in.find(_PREVIEW_START, line_end)
+    if line_end < 0 or preview_at < 0:
+        return stand_in
+    path = stand_in[start + len(_FULL_OUTPUT):line_end]
+    directory, name = posixpath.split(path)
+    if directory != spill_dir or name not in gone:
+        return stand_in
+    return (
+        f"{stand_in[:start]}\n{EVICTED_LINE}the file {path} was deleted to keep the spill"
+        " directory under its quota ([tools] spill_max_mib); the preview below is all that"
+        " is left of it: run the tool again if you need the rest.\n"
+        f"{stand_in[preview_at:]}"
     )
 
 

@@ -11,17 +11,26 @@ image) counts towards its turn but is never spilled: its parts pass through unto
 A tool's name comes from the call the result answers, in the same messages; a result
 whose call is not among them (it came in an earlier request) is named by the result
 itself, or not at all (then the default limit applies).
+
+:func:`mark_evicted` is the other direction: a governed history whose stand-ins name a
+spill file since evicted (``domain.spill_quota``) gets those stand-ins re-rendered to
+say so (``domain.spill.evicted_text``). The forwarded bytes change from that item on,
+once; the record of the call names the new bytes, so replay stays byte-exact.
 """
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple
 
 import msgspec
+from sessionwarden.domain.compaction import tokens_of
 from sessionwarden.domain.conversation import ItemCodec
+from sessionwarden.domain.history import GovernedHistory, Item, digest
 from sessionwarden.domain.messages import Message, Text, ToolCall, ToolResult
 from sessionwarden.domain.spill import (
     Limits,
     SpillDecision,
+    evicted_text,
     plan_turn,
     spill_bytes,
     truncated_text,
@@ -29,10 +38,13 @@ from sessionwarden.domain.spill import (
 from sessionwarden.events import ToolResultSpilled
 
 __all__ = ["SpillFile", "SpillOutcome", "SpillPlan", "SpillWork", "apply_spills",
-           "plan_spills"]
+           "mark_evicted", "plan_spills"]
 
 #: The start of a stand-in this daemon wrote: such a result is never spilled again.
 _OURS = ("[sessionwarden saved this tool result", )
+_OURS_BYTES = _OURS[0].encode()
+#: A spill file's name inside an item's bytes.
+_NAME = re.compile(rb"[0-9a-f]{64}\.txt")
 
 
 class SpillFile(msgspec.Struct, frozen=True):
@@ -167,3 +179,48 @@ def apply_spills(plan: SpillPlan, outcome: SpillOutcome, messages: Sequence[Mess
         replaced = msgspec.structs.replace(message, parts=tuple(parts))
         out.append((replaced, codec.write_item(replaced)))
     return out, events
+
+
+def _names_gone(raw: bytes, gone: Collection[str]) -> bool:
+    return any(name.decode() in gone for name in _NAME.findall(raw))
+
+
+def mark_evicted(history: GovernedHistory, gone: Collection[str], codec: ItemCodec,
+                 spill_dir: str) -> tuple[GovernedHistory, int] | None:
+    """``history`` with each stand-in whose file is in ``gone`` saying it was evicted.
+
+    Returns the new history and the index of the first item changed (the items before
+    it are forwarded as before), or None when no stand-in names an evicted file. Only
+    items the daemon replaced are read, and only those holding one of its stand-ins.
+    """
+    if not gone:
+        return None
+    items = list(history.items)
+    first: int | None = None
+    tokens = history.tokens
+    for index, item in enumerate(items):
+        raw = item.raw
+        if raw is None or _OURS_BYTES not in raw or not _names_gone(raw, gone):
+            continue
+        message = codec.read_item(raw)
+        if isinstance(message, str):
+            continue  # not ours to read: left as it was forwarded
+        parts = list(message.parts)
+        for position, part in enumerate(parts):
+            if not isinstance(part, ToolResult) or len(part.parts) != 1:
+                continue
+            text = part.parts[0]
+            if isinstance(text, Text) and text.text.startswith(_OURS):
+                said = evicted_text(text.text, spill_dir, gone)
+                if said != text.text:
+                    parts[position] = msgspec.structs.replace(part, parts=(Text(said),))
+        if parts == list(message.parts):
+            continue
+        replaced = msgspec.structs.replace(message, parts=tuple(parts))
+        data = codec.write_item(replaced)
+        items[index] = Item(digest(data), len(data), tokens_of(replaced), data, -1)
+        tokens += items[index].tokens - item.tokens
+        first = index if first is None else first
+    if first is None:
+        return None
+    return history._replace(items=tuple(items), tokens=tokens), first

@@ -12,6 +12,7 @@ from sessionwarden.events.base import Event, parse_tag
 from sessionwarden.events.budgets import BUDGETS_STREAM, SessionCapSet
 from sessionwarden.events.codec import EncodedEvent, EventCodec, Upcaster
 from sessionwarden.events.context import (
+    SPILL_STREAM,
     CompactionRequested,
     CompactionSkipped,
     ContentRef,
@@ -19,6 +20,7 @@ from sessionwarden.events.context import (
     ContextLimits,
     HistoryReset,
     RequestRecord,
+    SpillEvicted,
     SummariserFailed,
     ToolResultSpilled,
 )
@@ -51,6 +53,7 @@ __all__ = [
     "CREDENTIAL_UPCASTERS",
     "OUTCOMES",
     "SESSION_UPCASTERS",
+    "SPILL_STREAM",
     "STORE_UPCASTERS",
     "UPCASTERS",
     "WITHDRAWN_TAGS",
@@ -84,6 +87,7 @@ __all__ = [
     "RequestRecord",
     "SessionCapSet",
     "SessionStarted",
+    "SpillEvicted",
     "SummariserFailed",
     "ToolResultSpilled",
     "UnknownEventType",
@@ -105,6 +109,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     SummariserFailed,
     CompactionRequested,
     CompactionSkipped,
+    SpillEvicted,
     CredentialAdded,
     CredentialRemoved,
     RateLimitsObserved,

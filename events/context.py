@@ -15,6 +15,10 @@ so a call that was sent has its decisions recorded.
 - :class:`CompactionRequested` a compaction asked for through the control API, and
   :class:`CompactionSkipped` one that found nothing worth doing at the next call.
 
+Stream :data:`SPILL_STREAM` (``spill``), the spill directory's, not a session's:
+:class:`SpillEvicted`, a spill file deleted to keep the directory under its quota,
+appended (durable) before the file is deleted.
+
 Content keys are :func:`sessionwarden.domain.transcript.content_key` of the bytes (32
 hex characters); a message is referred to as ``(key, size in bytes)``.
 """
@@ -25,6 +29,7 @@ import msgspec
 from sessionwarden.events.base import Event
 
 __all__ = [
+    "SPILL_STREAM",
     "CompactionRequested",
     "CompactionSkipped",
     "ContentRef",
@@ -32,12 +37,15 @@ __all__ = [
     "ContextLimits",
     "HistoryReset",
     "RequestRecord",
+    "SpillEvicted",
     "SummariserFailed",
     "ToolResultSpilled",
 ]
 
 #: A stored content: its key and its size in bytes.
 ContentRef = tuple[str, int]
+#: The spill directory's stream: its evictions.
+SPILL_STREAM = "spill"
 
 
 class RequestRecord(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -186,3 +194,22 @@ class CompactionSkipped(Event, frozen=True):
 
     call_id: str
     reason: str
+
+
+class SpillEvicted(Event, frozen=True):
+    """A spill file was deleted to keep the spill directory under ``[tools] spill_max_mib``.
+
+    ``file`` is its name (the SHA-256 of its content, ``.txt``), ``bytes`` its size;
+    ``reason`` ``"quota"`` (a new file needed the room) or ``"quota_at_start"`` (the
+    directory was over its quota when the daemon started: the setting was lowered);
+    ``quota_bytes`` the bound, ``used_bytes`` what the directory held just before this
+    eviction. The least recently referenced file goes first (``domain.spill_quota``).
+    """
+
+    TAG: ClassVar[str] = "context.spill_evicted.v1"
+
+    file: str
+    bytes: int
+    reason: str = "quota"
+    quota_bytes: int = 0
+    used_bytes: int = 0

@@ -18,9 +18,14 @@ module only writes the bytes it is given. The rules (issue 11, "Layer 2 and 3"):
   layout and are followed.
 * A write is temp file → write all → fsync → rename → fsync of the directory, so a crash
   leaves either no file or the whole file, never a torn one under the final name.
-* The same bytes again write nothing: an existing regular file of that name and size is
-  reused (its name is its hash, so the size check only guards against a torn or
-  tampered file).
+* The same bytes again write nothing: an existing regular file of that name is reused
+  when it holds exactly those bytes (read back and compared: a file at a hash name may
+  have been truncated or edited by anyone with the user's rights), and its modification
+  time is renewed (the quota's order of reference, ``domain.spill_quota``); any other
+  file there is replaced by a whole write.
+* :meth:`SpillStore.files` lists the spill files (name, size, modification time) and
+  :meth:`SpillStore.remove` deletes one, for the quota's keeper (``cmd/spills.py``);
+  neither follows a symlink, and only names of the form ``<64 hex>.txt`` are touched.
 * Any failure raises :class:`~sessionwarden.store.errors.SpillUnavailable` with one short
   line, and leaves no temporary file; the caller falls back to inline truncation.
 """
@@ -28,6 +33,7 @@ module only writes the bytes it is given. The rules (issue 11, "Layer 2 and 3"):
 import errno
 import hashlib
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -43,6 +49,9 @@ _SUFFIX = ".txt"
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 _NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: A spill file's name: what :meth:`SpillStore.files` lists and :meth:`remove` deletes.
+_NAME = re.compile(r"[0-9a-f]{64}\.txt")
 
 
 def default_spill_dir(db_path: Path) -> Path:
@@ -60,6 +69,19 @@ class SpillRef(msgspec.Struct, frozen=True):
 
 def _why(exc: OSError) -> str:
     return exc.strerror or errno.errorcode.get(exc.errno or 0, "error")
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``fd``, from where it is."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 class SpillStore:
@@ -80,11 +102,58 @@ class SpillStore:
         name = sha + _SUFFIX
         dir_fd = self._open_dir()
         try:
-            if not self._reusable(dir_fd, name, len(content)):
+            if not self._reusable(dir_fd, name, content):
                 self._write(dir_fd, name, content)
         finally:
             os.close(dir_fd)
         return SpillRef(path=str(self.directory / name), sha256=sha, size=len(content))
+
+    def files(self) -> list[tuple[str, int, int]]:
+        """Every spill file: ``(name, size in bytes, modification time in ns)``.
+
+        Empty when the directory does not exist yet (it is not created to be listed).
+
+        Raises:
+            SpillUnavailable: the directory is a symlink, another user's, or unreadable.
+        """
+        if not os.path.lexists(self.directory):
+            return []
+        dir_fd = self._open_dir()
+        found = []
+        try:
+            for name in os.listdir(dir_fd):
+                if not _NAME.fullmatch(name):
+                    continue  # a temporary file being written, or not ours
+                try:
+                    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # removed meanwhile
+                if stat.S_ISREG(info.st_mode):
+                    found.append((name, info.st_size, info.st_mtime_ns))
+        except OSError as exc:
+            raise SpillUnavailable(
+                f"{self.directory}: cannot list the spill directory ({_why(exc)})") from None
+        finally:
+            os.close(dir_fd)
+        return found
+
+    def remove(self, name: str) -> None:
+        """Delete the spill file ``name`` (gone already: nothing to do).
+
+        Raises:
+            SpillUnavailable: ``name`` is not a spill file's name, or cannot be deleted.
+        """
+        if not _NAME.fullmatch(name):
+            raise SpillUnavailable(f"{name!r} is not a spill file's name")
+        dir_fd = self._open_dir()
+        try:
+            os.unlink(name, dir_fd=dir_fd)  # unlink never follows a symlink
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise SpillUnavailable(f"{name}: cannot delete the spill file ({_why(exc)})") from None
+        finally:
+            os.close(dir_fd)
 
     def _open_dir(self) -> int:
         """The directory's descriptor, creating it (and missing parents) 0700."""
@@ -133,15 +202,34 @@ class SpillStore:
             os.chmod(path, _DIR_MODE, follow_symlinks=False)
 
     @staticmethod
-    def _reusable(dir_fd: int, name: str, size: int) -> bool:
-        """Whether ``name`` already holds a regular file of ``size`` bytes."""
+    def _reusable(dir_fd: int, name: str, content: bytes) -> bool:
+        """Whether ``name`` already holds a regular file of exactly ``content``.
+
+        A file that does is touched (its modification time renewed: the quota's order).
+        """
         try:
             info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             return False
         except OSError as exc:
             raise SpillUnavailable(f"{name}: cannot check the spill file ({_why(exc)})") from None
-        return stat.S_ISREG(info.st_mode) and info.st_size == size
+        if not stat.S_ISREG(info.st_mode) or info.st_size != len(content):
+            return False
+        try:
+            fd = os.open(name, _READ_FILE, dir_fd=dir_fd)
+        except OSError:
+            return False  # replaced meanwhile, or unreadable: written afresh
+        try:
+            # One byte past the size: a file that grew since the stat is not the same.
+            held = _read_all(fd, len(content) + 1)
+            same = held == content
+            if same:
+                os.utime(fd)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return same
 
     def _write(self, dir_fd: int, name: str, content: bytes) -> None:
         """Write ``content`` to ``name``: temp → fsync → rename → fsync of the directory."""

@@ -15,6 +15,7 @@ The daemon is the in-process one (``tests/cmd/inprocess.py``); its key B is plai
 
 import hashlib
 import json
+import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +34,8 @@ from tests.support.fake_provider import FakeProviderServer
 
 
 def _daemon(tmp_path: Path, fake: FakeProviderServer, extra: str = "") -> InProcessDaemon:
-    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=extra)
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=extra,
+                             max_body_bytes=4 << 20)
     # A key no redaction pattern recognises: only the pool's registration can find it.
     daemon.keys["FAKE_KEY_B"] = "plain" + secrets.token_hex(12)
     return daemon
@@ -161,3 +163,161 @@ def test_a_focus_holding_a_key_is_refused_never_stored_nor_echoed(
             if type(e).__name__ == "CompactionRequested"] == ["the auth module"]
     at_rest = _at_rest(tmp_path)
     assert key.encode() not in at_rest and shaped.encode() not in at_rest
+
+
+# -- item 11: a bounded spill directory ----------------------------------------------------
+
+#: 1 MiB: nine results of 110,000 characters fit, the tenth evicts.
+QUOTA = "[tools]\nspill_max_mib = 1\n"
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def bounded(tmp_path: Path, fake: FakeProviderServer) -> Iterator[InProcessDaemon]:
+    started = _daemon(tmp_path, fake, QUOTA)
+    try:
+        yield started.start()
+    finally:
+        started.stop()
+
+
+def _result(tag: str) -> str:
+    """110,000 distinct characters: over gpt-test's 76,800, so spilled."""
+    return f"{tag}\n" + lines(1100)[len(tag) + 1:]
+
+
+def _spill(daemon: InProcessDaemon, fake: FakeProviderServer, session: str,
+           content: str) -> str:
+    """One call of ``session`` whose tool result is ``content``; the stand-in sent."""
+    with daemon.openai(session=session) as client:
+        client.chat.completions.create(model=MODEL, messages=history(
+            turn([("call_1", "terminal", content)])))  # type: ignore[arg-type]
+    return str(upstream(fake)[-1].body["messages"][-1]["content"])
+
+
+def _evictions(daemon: InProcessDaemon) -> list[Any]:
+    return [e for e in _events(daemon, "spill") if type(e).__name__ == "SpillEvicted"]
+
+
+def _dir_bytes(tmp_path: Path) -> int:
+    return sum(p.stat().st_size for p in (tmp_path / "spill").iterdir())
+
+
+def test_the_spill_directory_stays_under_its_quota_least_recently_referenced_out(
+    bounded: InProcessDaemon, fake: FakeProviderServer, tmp_path: Path
+) -> None:
+    names = [_spill_path(_spill(bounded, fake, f"s{i}", _result(f"r{i}"))).name for i in range(9)]
+    assert _evictions(bounded) == [] and _dir_bytes(tmp_path) <= MIB
+    # r0 is spilled again by another session: referenced, so r1 is now the oldest.
+    assert _spill_path(_spill(bounded, fake, "again", _result("r0"))).name == names[0]
+    for i in range(9, 14):
+        _spill(bounded, fake, f"s{i}", _result(f"r{i}"))
+        assert _dir_bytes(tmp_path) <= MIB
+    evicted = _evictions(bounded)
+    assert [e.file for e in evicted] == names[1:6]
+    assert {(e.bytes, e.reason, e.quota_bytes) for e in evicted} == {(110_000, "quota", MIB)}
+    left = {p.name for p in (tmp_path / "spill").iterdir()}
+    assert names[0] in left and not left & set(names[1:6])
+    assert main(["replay", "--db", str(bounded.db), "--verify"]) == 0
+
+
+def test_a_stand_in_whose_file_was_evicted_says_so_at_the_next_call(
+    bounded: InProcessDaemon, fake: FakeProviderServer, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = history(turn([("call_1", "terminal", _result("victim"))]))
+    with bounded.openai(session="victim") as client:
+        client.chat.completions.create(model=MODEL, messages=first)  # type: ignore[arg-type]
+    stand_in = upstream(fake)[-1].body["messages"][-1]["content"]
+    path = _spill_path(stand_in)
+    for i in range(9):  # the tenth file of 110,000 bytes evicts the oldest: the victim's
+        _spill(bounded, fake, f"filler{i}", _result(f"f{i}"))
+    assert not path.exists() and [e.file for e in _evictions(bounded)] == [path.name]
+    second = [*first, {"role": "assistant", "content": "Long log."},
+              {"role": "user", "content": "What failed?"}]
+    with bounded.openai(session="victim") as client:
+        reply = client.chat.completions.create(model=MODEL, messages=second)  # type: ignore[arg-type]
+    assert reply.choices[0].message.content
+    said = upstream(fake)[-1].body["messages"][len(first) - 1]["content"]
+    assert "Full output:" not in said and f"Evicted: the file {path} was deleted" in said
+    assert "run the tool again" in said
+    assert said.split("Preview (", 1)[1] == stand_in.split("Preview (", 1)[1]
+    # The call after forwards that new stand-in unchanged: the prefix is stable again.
+    third = [*second, {"role": "assistant", "content": "A test."},
+             {"role": "user", "content": "Fix it."}]
+    with bounded.openai(session="victim") as client:
+        client.chat.completions.create(model=MODEL, messages=third)  # type: ignore[arg-type]
+    two, three = upstream(fake)[-2:]
+    assert three.raw.startswith(two.raw[: two.raw.rindex(b'],"model":')] + b",")
+    assert main(["replay", "--db", str(bounded.db), "--verify"]) == 0
+    calls = [r for r in upstream(fake) if b"victim" in r.raw]
+    for number, request in enumerate(calls, 1):
+        capsys.readouterr()
+        assert main(["replay", "--db", str(bounded.db), "--session", "victim", "--call",
+                     str(number), "--json"]) == 0
+        assert request.raw in capsys.readouterr().out.encode()
+
+
+def test_a_result_larger_than_the_quota_is_truncated_inline_and_the_call_goes_on(
+    bounded: InProcessDaemon, fake: FakeProviderServer, tmp_path: Path
+) -> None:
+    huge = lines(11_000)  # 1.1 MB, over the 1 MiB quota on its own
+    with bounded.openai(session="huge") as client:
+        reply = client.chat.completions.create(model=MODEL, messages=history(
+            turn([("call_1", "terminal", huge)])))  # type: ignore[arg-type]
+    assert reply.choices[0].message.content
+    sent = upstream(fake)[-1].body["messages"][-1]["content"]
+    assert "the full output could not be saved" in sent
+    [event] = [e for e in _events(bounded, "session-huge") if isinstance(e, ToolResultSpilled)]
+    assert event.truncated and "spill quota" in event.error
+    assert not (tmp_path / "spill").exists() or _dir_bytes(tmp_path) == 0
+    assert _evictions(bounded) == []
+
+
+def _plant(directory: Path, content: bytes, mtime: int) -> Path:
+    directory.mkdir(mode=0o700, exist_ok=True)
+    path = directory / (hashlib.sha256(content).hexdigest() + ".txt")
+    path.write_bytes(content)
+    path.chmod(0o600)
+    os.utime(path, ns=(mtime, mtime))
+    return path
+
+
+def test_a_directory_over_its_quota_at_start_is_brought_under_it(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    # Written under a larger setting: twelve files of 100,000 bytes, the oldest first.
+    planted = [_plant(tmp_path / "spill", f"{i:06d}".encode() * 16_667, 10**18 + i * 10**9)
+               for i in range(12)]
+    daemon = _daemon(tmp_path, fake, QUOTA).start()
+    try:
+        evicted = _evictions(daemon)
+        with daemon.openai(session="after") as client:  # and it serves
+            client.chat.completions.create(model=MODEL, messages=history())  # type: ignore[arg-type]
+    finally:
+        daemon.stop()
+    assert [e.file for e in evicted] == [p.name for p in planted[:2]]
+    assert {e.reason for e in evicted} == {"quota_at_start"}
+    assert [p.exists() for p in planted] == [False] * 2 + [True] * 10
+    assert _dir_bytes(tmp_path) <= MIB
+
+
+def test_a_file_at_a_hash_name_is_reused_only_when_it_holds_those_bytes(
+    daemon: InProcessDaemon, fake: FakeProviderServer, tmp_path: Path
+) -> None:
+    content = _result("tampered")
+    path = _spill_path(_spill(daemon, fake, "one", content))
+    good = path.read_bytes()
+    # Same size, other bytes: an edit the size check alone let through.
+    path.write_bytes(b"#" * len(good))
+    assert _spill_path(_spill(daemon, fake, "two", content)) == path
+    assert path.read_bytes() == good
+    # Truncated, and a planted symlink: rewritten as well.
+    path.write_bytes(good[:100])
+    _spill(daemon, fake, "three", content)
+    assert path.read_bytes() == good
+    path.unlink()
+    (tmp_path / "elsewhere.txt").write_bytes(good)
+    path.symlink_to(tmp_path / "elsewhere.txt")
+    _spill(daemon, fake, "four", content)
+    assert not path.is_symlink() and path.read_bytes() == good

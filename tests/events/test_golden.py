@@ -44,6 +44,7 @@ from sessionwarden.events import (
     RequestRecord,
     SessionCapSet,
     SessionStarted,
+    SpillEvicted,
     SummariserFailed,
     ToolResultSpilled,
     UnknownEventType,
@@ -145,6 +146,9 @@ EXPECTED: dict[str, Event] = {
     "context.compaction_requested.v1": CompactionRequested(focus="the database schema"),
     "context.compaction_skipped.v1": CompactionSkipped(
         call_id="c3vd2xk7m4qa5bdg", reason="nothing to summarise"),
+    "context.spill_evicted.v1": SpillEvicted(
+        file="3f" * 32 + ".txt", bytes=112_640, reason="quota_at_start",
+        quota_bytes=268_435_456, used_bytes=268_500_000),
     "credential.added.v1": CredentialAdded(
         provider="openai", ref="env:OPENAI_API_KEY", fingerprint="fp:1a2b", source="cli"
     ),
