@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -321,3 +322,23 @@ def test_a_file_at_a_hash_name_is_reused_only_when_it_holds_those_bytes(
     path.symlink_to(tmp_path / "elsewhere.txt")
     _spill(daemon, fake, "four", content)
     assert not path.is_symlink() and path.read_bytes() == good
+
+
+def test_parallel_spills_from_one_client_keep_the_directory_under_its_quota(
+    bounded: InProcessDaemon, fake: FakeProviderServer, tmp_path: Path
+) -> None:
+    # The red team's flood, scaled to the 1 MiB quota: 40 distinct 110 KB results, 8 at once.
+    def one(i: int) -> None:
+        with bounded.openai(session=f"flood{i}") as client:
+            client.chat.completions.create(model=MODEL, messages=history(
+                turn([("call_1", "terminal", _result(f"flood{i}"))])))  # type: ignore[arg-type]
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(40)))
+    files = {p.name: p.stat().st_size for p in (tmp_path / "spill").iterdir()}
+    assert sum(files.values()) <= MIB and len(files) == 9
+    evicted = [e.file for e in _evictions(bounded)]
+    assert len(evicted) == len(set(evicted)) == 31 and not set(evicted) & set(files)
+    assert bounded.runtime.spills.quota.used == sum(files.values())
+    assert httpx.get(f"http://127.0.0.1:{bounded.port}/healthz").status_code == 200
+    assert main(["replay", "--db", str(bounded.db), "--verify"]) == 0

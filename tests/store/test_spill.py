@@ -74,6 +74,37 @@ def test_a_torn_file_of_the_wrong_size_is_rewritten(tmp_path: Path) -> None:
     assert Path(ref.path).read_bytes() == b"0123456789"
 
 
+def test_a_file_of_the_right_size_and_other_bytes_is_rewritten(tmp_path: Path) -> None:
+    store = SpillStore(tmp_path / "spill")
+    ref = store.put(b"0123456789")
+    Path(ref.path).write_bytes(b"9876543210")  # an edit the size check alone let through
+    assert store.put(b"0123456789") == ref
+    assert Path(ref.path).read_bytes() == b"0123456789"
+
+
+def test_a_reused_file_is_touched(tmp_path: Path) -> None:
+    store = SpillStore(tmp_path / "spill")
+    ref = store.put(b"referenced again")
+    os.utime(ref.path, ns=(10**18, 10**18))
+    store.put(b"referenced again")
+    assert os.stat(ref.path).st_mtime_ns > 10**18
+
+
+def test_files_lists_spill_files_only_and_remove_deletes_one(tmp_path: Path) -> None:
+    store = SpillStore(tmp_path / "spill")
+    assert store.files() == [] and not (tmp_path / "spill").exists()  # not created to list
+    ref = store.put(b"kept")
+    (tmp_path / "spill" / ".x.tmp").write_bytes(b"a temp file")
+    (tmp_path / "spill" / ("0" * 64 + ".txt")).symlink_to(tmp_path / "elsewhere")
+    [(name, size, mtime)] = store.files()
+    assert (name, size, mtime) == (Path(ref.path).name, 4, os.stat(ref.path).st_mtime_ns)
+    store.remove(name)
+    store.remove(name)  # gone already: nothing to do
+    assert not Path(ref.path).exists()
+    with pytest.raises(SpillUnavailable):
+        store.remove("../events.db")
+
+
 def test_the_store_names_files_as_the_domain_does(tmp_path: Path) -> None:
     content = "résumé\n" * 100
     ref = SpillStore(tmp_path / "spill").put(spill_bytes(content))
