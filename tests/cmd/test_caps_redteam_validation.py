@@ -170,6 +170,23 @@ def test_a_parent_that_makes_a_cycle_is_refused(
     verified(again)
 
 
+def test_a_parent_named_late_holds_the_subtree_that_called_first(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start(made, tmp_path, fake, CAPPED)
+    with client_of(daemon) as client:
+        assert [post(client, "boss", **CENT).status_code for _ in range(2)] == [200, 200]
+        # A subagent's subagent calls first, naming a parent that never called yet.
+        assert post(client, "grandkid", "kid").status_code == 200
+        # Then the subagent names the used-up boss: it is no root free of boss's cap.
+        late = post(client, "kid", "boss")
+        assert late.status_code == 402 and "session boss" in error_of(late)["message"]
+        assert post(client, "grandkid").status_code == 402
+        budget = client.get("/v1/sessions/kid/budget").json()
+    assert budget["parent"] == "boss"
+    verified(daemon)
+
+
 def test_a_deep_chain_run_before_any_cap_is_held_once_a_cap_is_set(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
 ) -> None:
