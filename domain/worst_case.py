@@ -112,15 +112,19 @@ def media_parts(node: object) -> int:
     stack: list[object] = [node]
     while stack:
         current = stack.pop()
-        if isinstance(current, Mapping):
+        # Decoded JSON: dicts and lists only (an ABC check cost more than the walk).
+        if isinstance(current, dict):
             kind = current.get("type")
             if isinstance(kind, str) and kind in MEDIA_PART_TYPES:
                 count += 1
                 continue
-            stack.extend(value for value in current.values()
-                         if isinstance(value, Mapping | list))
+            for value in current.values():
+                if isinstance(value, dict | list):
+                    stack.append(value)
         elif isinstance(current, list):
-            stack.extend(value for value in current if isinstance(value, Mapping | list))
+            for value in current:
+                if isinstance(value, dict | list):
+                    stack.append(value)
     return count
 
 
@@ -155,6 +159,7 @@ def media_tokens(items: Sequence[bytes]) -> int:
         except msgspec.DecodeError:
             continue
     return parts * MEDIA_PART_TOKENS
+
 
 
 def worst_input_price(input_price: Decimal, cache_write_price: Decimal | None = None,
