@@ -3,9 +3,9 @@
 The vocabulary is KurrentDB's: records are nouns (:class:`NewEvent`,
 :class:`RecordedEvent`), operations say what happens to data (``append``,
 ``read_stream``, ``read_all``, an expected version); the guarantees are eventsourcing's
-(its conformance tests run against this store). Stream versions start at 1; a stream with no events is
-at version 0. A :class:`Content` is a piece of content-addressed data stored with an
-append (see ``sessionwarden.store.contents``).
+(its conformance tests run against this store). Stream versions start at 1; a stream
+with no events is at version 0. A :class:`Content` is a piece of content-addressed data
+stored with an append (see ``sessionwarden.store.contents``).
 """
 
 import enum
