@@ -27,7 +27,7 @@ from sessionwarden.config import parse_config
 from sessionwarden.domain.admission import Pipeline
 
 from tests.cmd.daemon_fixtures import config_text
-from tests.support.fake_provider import FakeProviderServer
+from tests.support.fake_provider import FakeProviderServer, QuickServer
 
 
 class InProcessDaemon:
@@ -60,7 +60,7 @@ class InProcessDaemon:
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
         self.port = sock.getsockname()[1]
-        self._server = uvicorn.Server(uvicorn.Config(
+        self._server = QuickServer(uvicorn.Config(
             _Lifespan(app), lifespan="on", log_config=None, access_log=False,
             timeout_graceful_shutdown=2))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},

@@ -34,7 +34,7 @@ from sessionwarden.events import CODEC, BreakerChanged, CallCompleted, CallResen
 from tests.cmd.daemon_fixtures import MODEL, config_text
 from tests.cmd.inprocess import InProcessDaemon
 from tests.cmd.key_fixtures import HI, Daemons
-from tests.support.fake_provider import FakeProviderServer, FakeProviderState, make_app
+from tests.support.fake_provider import FakeProviderServer, FakeProviderState, QuickServer, make_app
 
 CALL_ID = "x-sessionwarden-call-id"
 
@@ -135,7 +135,7 @@ class LateProvider:
 
     def serve(self) -> None:
         """Start listening and answering, as a provider whose server came back."""
-        self.server = uvicorn.Server(uvicorn.Config(
+        self.server = QuickServer(uvicorn.Config(
             make_app(self.state), log_level="warning", access_log=False, lifespan="off",
             timeout_graceful_shutdown=1))
         self.thread = threading.Thread(target=self.server.run,

@@ -524,6 +524,44 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class QuickServer(uvicorn.Server):
+    """A uvicorn server that notices ``should_exit`` within 10 ms, not 100 ms.
+
+    uvicorn checks for an exit once every 0.1 s; a test suite that starts and stops a few
+    hundred servers waited that tick at every teardown (about 8 s of a default run).
+    """
+
+    async def main_loop(self) -> None:
+        """uvicorn's loop at a 10 ms tick (its per-second work still runs every second)."""
+        ticks = 0
+        # on_tick(0) refreshes the Date header (uvicorn does it at every 10th tick of its own)
+        while not await self.on_tick(0 if ticks % 100 == 0 else 1):
+            ticks = (ticks + 1) % 8_640_000
+            await asyncio.sleep(0.01)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's shutdown, polling every 10 ms where it sleeps 100 ms."""
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        await asyncio.sleep(0.01)
+        try:
+            async with asyncio.timeout(self.config.timeout_graceful_shutdown):
+                while (self.server_state.connections or self.server_state.tasks) and (
+                        not self.force_exit):
+                    await asyncio.sleep(0.01)
+                for server in self.servers:
+                    await server.wait_closed()
+        except TimeoutError:
+            for task in self.server_state.tasks:
+                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
+
 def _config(app: Starlette, fast: bool) -> uvicorn.Config:
     fast_ok = fast and all(importlib.util.find_spec(m) for m in ("uvloop", "httptools"))
     return uvicorn.Config(
@@ -554,7 +592,7 @@ class FakeProviderServer:
         sock = _bind(self.host, 0)
         self.port = sock.getsockname()[1]
         self._app = make_app(self.state)
-        self._server = uvicorn.Server(_config(self._app, fast=False))
+        self._server = QuickServer(_config(self._app, fast=False))
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name="fake-provider", daemon=True
         )
