@@ -273,7 +273,10 @@ async def _benched(send: ASGISend, exc: KeysBenched, call: ProxiedCall) -> None:
         await send_error(send, 503, str(exc), kind="server_error", code="no_usable_key",
                          headers=_ids(call))
         return
-    wait = [(b"retry-after", str(exc.retry_after).encode()), *_ids(call)]
+    # The header is bounded as a relayed one is (an hour at most: one rule for every
+    # Retry-After the daemon sends); the message keeps the exact moment.
+    header = client_retry_after(exc.retry_after, None, keyed=True)
+    wait = [(b"retry-after", str(header).encode()), *_ids(call)]
     if exc.reason == "overload":
         await send_error(send, 503, str(exc), kind="server_error",
                          code="provider_overloaded", headers=wait)

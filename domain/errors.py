@@ -87,7 +87,7 @@ class KeysBenched(NoCredential):
                "probing": "one call is probing it after a pause"}.get(
                    reason, "every key is rate-limited or out of credit (`sessionwarden "
                    "keys list`)" if retry_after is not None
-                   else "every key is revoked or invalid")
+                   else "every key is revoked")
         super().__init__(f"provider {provider!r} cannot take calls now: {why}; {when} "
                          "(nothing was sent upstream)")
         self.provider = provider

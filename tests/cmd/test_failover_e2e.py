@@ -116,7 +116,8 @@ def test_every_key_limited_fails_fast_with_a_truthful_retry_after(daemons: Daemo
     with daemon.openai(session="s") as client, pytest.raises(openai.RateLimitError) as fast:
         client.chat.completions.create(model=MODEL, messages=HI)  # type: ignore[arg-type]
     assert fast.value.body["code"] == "keys_benched"  # type: ignore[index]
-    assert int(fast.value.response.headers["retry-after"]) == 7200 - 60
+    # the header is bounded to an hour (as a relayed one is); the message keeps the moment
+    assert int(fast.value.response.headers["retry-after"]) == 3600
     assert "provider 'fake'" in fast.value.message and "retry in 7140 s" in fast.value.message
     assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B"]  # nothing reached the upstream
     refused = completions(daemon)[-1]

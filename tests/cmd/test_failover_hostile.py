@@ -289,7 +289,7 @@ def test_every_key_dead_refuses_at_once_naming_the_provider(daemons: Daemons) ->
         assert time.perf_counter() - started < 1.0
         assert resp.status_code == 503 and resp.json()["error"]["code"] == "no_usable_key"
         assert clean_error(resp).startswith("provider 'fake' cannot take calls now: every "
-                                            "key is revoked or invalid; none will return")
+                                            "key is revoked; none will return")
     assert len(daemons.used()) == 2  # nothing more reached the upstream
     assert len(ledger(daemon)) == 6
 

@@ -251,3 +251,21 @@ def test_a_relayed_overload_says_a_short_well_formed_wait(daemons: Daemons) -> N
     assert resp.status_code == 503
     assert resp.headers.get_list("retry-after") == ["1"]  # another key is usable now
     assert ledger_rows(daemon) == 1
+
+
+def test_the_daemons_own_refusal_bounds_its_wait_as_a_relayed_answer_does(
+    daemons: Daemons,
+) -> None:
+    daemon = daemons.start()
+    billing = openai_error(402, "You exceeded your current quota.", "insufficient_quota")
+    daemons.steer("FAKE_KEY_A", billing)
+    daemons.steer("FAKE_KEY_B", billing)
+    relayed = post(daemon)
+    assert relayed.status_code == 402
+    # Both keys rest a day; the fast refusal's header says an hour at most, its message
+    # the exact moment (as `keys list` does).
+    fast = post(daemon)
+    assert fast.status_code == 429 and fast.headers["retry-after"] == "3600"
+    assert "retry in 86400 s" in fast.json()["error"]["message"]
+    assert ledger_rows(daemon) == 2
+    verified(daemon)
