@@ -23,7 +23,8 @@ in the log), so it holds what every session already spent.
 
 The proxy tells :class:`Settle` once the completion is durable (the reservation becomes
 the real cost, at most the reservation for a stream cut at its output bound; a side
-call, which reserved nothing, is charged) and :class:`ReleaseBudget` when a reserved
+call is charged against what the summariser reserved for it with :class:`ReserveRoute`
+before sending, or charged as it is when no cap applied then) and :class:`ReleaseBudget` when a reserved
 call is not sent after all. A call going to its model's fallback route asks
 :class:`ReserveRoute` first: the route's worst case replaces its reservation, or the
 route is refused. A lost message
@@ -236,7 +237,10 @@ class UsageLedgerActor(GovernedActor):
                 return msgspec.structs.replace(request, budget=refused)
             spend = adopt(spend, session, request.parent_session)
         parent = spend.parents.get(session, "")
-        if request.purpose:  # a side call is charged when it ends, never refused
+        # A side call is not judged at admission: the summariser reserved its worst case
+        # before admitting it (ReserveRoute) and uses the builtin summary when that is
+        # refused, so here it is only placed in its session's tree.
+        if request.purpose:
             self._spend = spend
             return msgspec.structs.replace(request, parent_session=parent)
         if self._cuts:  # none in a log without a refused parent: no walk then

@@ -266,8 +266,10 @@ class ReleaseBudget(msgspec.Struct, frozen=True):
 
 
 class ReserveRoute(msgspec.Struct, frozen=True):
-    """Ask the UsageLedgerActor to hold a call's fallback route before it is sent there.
+    """Ask the UsageLedgerActor to hold a call's worst case on a route before sending it.
 
+    Two callers: the proxy before a call goes to its model's fallback route, and the
+    model summariser before its side call (the route then is the summary model).
     ``request`` is the call as admitted; ``provider`` and ``model`` the route. The route's
     worst case (its model's price and output bound) replaces the call's reservation, in
     the route's scopes (``domain.budgets.move``). Reply: the new ``Reservation``, or the
