@@ -24,8 +24,8 @@ in the log), so it holds what every session already spent.
 The proxy tells :class:`Settle` once the completion is durable (the reservation becomes
 the real cost, at most the reservation for a stream cut at its output bound; a side
 call is charged against what the summariser reserved for it with :class:`ReserveRoute`
-before sending, or charged as it is when no cap applied then) and :class:`ReleaseBudget` when a reserved
-call is not sent after all. A call going to its model's fallback route asks
+before sending, or charged as it is when no cap applied then) and
+:class:`ReleaseBudget` when a reserved call is not sent after all. A call going to its model's fallback route asks
 :class:`ReserveRoute` first: the route's worst case replaces its reservation, or the
 route is refused. A lost message
 leaves money reserved until the next start (conservative: a cap never overshoots
