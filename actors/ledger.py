@@ -25,8 +25,8 @@ The proxy tells :class:`Settle` once the completion is durable (the reservation 
 the real cost, at most the reservation for a stream cut at its output bound; a side
 call is charged against what the summariser reserved for it with :class:`ReserveRoute`
 before sending, or charged as it is when no cap applied then) and
-:class:`ReleaseBudget` when a reserved call is not sent after all. A call going to its model's fallback route asks
-:class:`ReserveRoute` first: the route's worst case replaces its reservation, or the
+:class:`ReleaseBudget` when a reserved call is not sent after all. A call going to its
+model's fallback route asks :class:`ReserveRoute` first: the route's worst case replaces its reservation, or the
 route is refused. A lost message
 leaves money reserved until the next start (conservative: a cap never overshoots
 because a message went missing).
