@@ -26,10 +26,10 @@ the real cost, at most the reservation for a stream cut at its output bound; a s
 call is charged against what the summariser reserved for it with :class:`ReserveRoute`
 before sending, or charged as it is when no cap applied then) and
 :class:`ReleaseBudget` when a reserved call is not sent after all. A call going to its
-model's fallback route asks :class:`ReserveRoute` first: the route's worst case replaces its reservation, or the
-route is refused. A lost message
-leaves money reserved until the next start (conservative: a cap never overshoots
-because a message went missing).
+model's fallback route asks :class:`ReserveRoute` first: the route's worst case
+replaces its reservation, or the route is refused. A lost message leaves money reserved
+until the next start (conservative: a cap never overshoots because a message went
+missing).
 
 Stream ``budgets``: SessionCapSet, a session's cap set through the control API.
 """
