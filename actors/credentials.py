@@ -20,7 +20,7 @@ previous process is still in flight). :class:`LeasesInFlight` reads them, for th
 control API's ``GET /v1/keys`` (``sessionwarden keys list`` beside a running daemon).
 
 Each key's health and the provider's breaker (``actors/key_health.py`` over
-``domain.key_states`` and ``domain.breaker``) decide which keys a lease may take: a
+``domain.keys.key_states`` and ``domain.keys.breaker``) decide which keys a lease may take: a
 benched key is never leased, and when none may be, the lease fails at once
 (``KeysBenched``: the proxy answers 429 with ``Retry-After`` without touching the
 upstream). :class:`KeyFailed` benches a key (folded before the reply, so the call's
@@ -33,7 +33,7 @@ transition is a KeyStateChanged on
 ``credentials-<provider>`` (a BreakerChanged on ``ratelimits-<provider>``), recovered
 at start by folding those streams, so a restarted daemon keeps failing fast until the
 reset. Strategies are the domain's
-(``sessionwarden.domain.pool``). A simulated provider (the built-in ``sim``) is keyless:
+(``sessionwarden.domain.keys.pool``). A simulated provider (the built-in ``sim``) is keyless:
 every lease of it is granted, with no secret and no fingerprint.
 """
 
@@ -65,8 +65,8 @@ from sessionwarden.actors.messages import (
 from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.config import ConfigError, ProviderConfig, resolve_key
 from sessionwarden.domain.errors import NoCredential
-from sessionwarden.domain.key_states import KeyFailure
-from sessionwarden.domain.pool import KeyState, Pool
+from sessionwarden.domain.keys.key_states import KeyFailure
+from sessionwarden.domain.keys.pool import KeyState, Pool
 from sessionwarden.events import (
     BreakerChanged,
     CredentialAdded,

@@ -5,15 +5,15 @@ The :class:`~sessionwarden.actors.rateguard.RateGuardActor` owns one
 headers (``x-nous-credits-*``) ride with the rate-limit headers in
 ``CallOutcome.rate_limit_headers``, so the guard is where a response's credits are read,
 at no extra message. The tracker keeps a
-:class:`~sessionwarden.domain.credits.CreditState` per (provider, key fingerprint) — a
+:class:`~sessionwarden.domain.credits.notices.CreditState` per (provider, key fingerprint) — a
 balance belongs to the account behind a key — folds each reading with the pure policy
 (``domain/credit_events.track``) and returns the events to append on
 ``credits-<provider>``: in the completion's own append, or, for a polled balance
-endpoint (``cmd/credit_poll.py``, message :class:`ObserveCredits`), in an append of the
+endpoint (``cmd/daemon/credit_poll.py``, message :class:`ObserveCredits`), in an append of the
 guard's own.
 
 State survives a restart: :meth:`CreditTracker.load` reads the last recorded state of
-every key from ``view_credits`` (``actors/credit_views.py``).
+every key from ``view_credits`` (``views/credits.py``).
 
 :class:`CreditBoard` is how notices reach clients without a message per call: the tracker
 publishes each key's notices there (under a lock; a few hundred nanoseconds), and the
@@ -27,18 +27,18 @@ from datetime import UTC, datetime, timedelta
 import apsw
 import msgspec
 from loguru import logger
-from sessionwarden.actors.credit_views import credits_stream
 from sessionwarden.actors.messages import new_event
 from sessionwarden.domain.calls import CallOutcome
-from sessionwarden.domain.credit_events import state_of, track
-from sessionwarden.domain.credit_readings import (
+from sessionwarden.domain.credits.events import state_of, track
+from sessionwarden.domain.credits.notices import CreditState, Notice, header_value, shown
+from sessionwarden.domain.credits.readings import (
     CreditReading,
     parse_credit_headers,
     unsupported_credit_version,
 )
-from sessionwarden.domain.credits import CreditState, Notice, header_value, shown
 from sessionwarden.events import CODEC, CreditsObserved
 from sessionwarden.store import ANY, StreamAppend
+from sessionwarden.views.credits import credits_stream
 
 __all__ = ["CreditBoard", "CreditTracker", "ObserveCredits"]
 

@@ -1,6 +1,6 @@
 """The health of a provider's keys and its breaker, as the CredentialPoolActor holds them.
 
-A thin holder over the pure policy (``domain.key_states``, ``domain.breaker``): it keeps
+A thin holder over the pure policy (``domain.keys.key_states``, ``domain.keys.breaker``): it keeps
 one provider's folded :class:`KeyStates` and :class:`Breaker`, asks the domain what a
 lease, a failure or a served call means at ``now``, folds the events the domain decided
 and hands them back for the actor to append. It does no I/O: the actor appends (the
@@ -15,7 +15,8 @@ the lease is the moment to decide — one message per call instead of two.
 from collections.abc import Iterable
 from datetime import datetime
 
-from sessionwarden.domain.breaker import (
+from sessionwarden.domain.errors import KeysBenched
+from sessionwarden.domain.keys.breaker import (
     Breaker,
     claim_probe,
     decide,
@@ -24,8 +25,7 @@ from sessionwarden.domain.breaker import (
     on_keys_changed,
     probe_abandoned,
 )
-from sessionwarden.domain.errors import KeysBenched
-from sessionwarden.domain.key_states import (
+from sessionwarden.domain.keys.key_states import (
     KeyFailure,
     KeyStates,
     on_failure,
@@ -152,7 +152,7 @@ class ProviderHealth:
                       before: datetime, now: datetime) -> tuple[bool, list[Event]]:
         """Another key repeated ``fingerprint``'s failure: lift the bench it got for it.
 
-        Returns whether the two failures agree (``domain.key_states.on_request_fault``)
+        Returns whether the two failures agree (``domain.keys.key_states.on_request_fault``)
         and the events: the key's lifted bench, and the breaker closing if it had opened
         for want of a usable key.
         """
@@ -165,7 +165,7 @@ class ProviderHealth:
     def next_return(self, pool: list[str], now: datetime) -> int | None:
         """Whole seconds until a call may go to the provider: 0 now, None never by itself.
 
-        The moment a benched provider's refusal names (``domain.breaker.decide``): the
+        The moment a benched provider's refusal names (``domain.keys.breaker.decide``): the
         earliest key's return, the breaker's end, a probe's wait.
         """
         decision = decide(self.breaker, self.keys, pool, now)

@@ -7,8 +7,8 @@ against a cap that fits 5 get 5 reservations (peers.md, pain point 11).
 
 Admission passes through here first (as completions pass through the rate guard): the
 ledger adopts the session's parent (``X-Session-Parent``), prices the call's worst case
-(``domain.worst_case``: the estimated input and the output bound, at the price book's
-rates), reserves it or decides the refusal (``domain.budgets.reserve``), and hands the
+(``domain.cost.worst_case``: the estimated input and the output bound, at the price book's
+rates), reserves it or decides the refusal (``domain.cost.caps.reserve``), and hands the
 request on to the session's actor with its answer in ``CallRequest.budget``; the
 ``budgets`` stage there records a refusal as CallRefused, so a refused call is in the
 log like any other. Nothing is appended here per call: the spend is the ledger's
@@ -43,7 +43,6 @@ import msgspec
 import pykka
 from loguru import logger
 from sessionwarden.actors.bridge import PENDING, Call, GovernedActor, Reply, tell
-from sessionwarden.actors.budget_views import BUDGET_COST
 from sessionwarden.actors.errors import ActorCrash
 from sessionwarden.actors.messages import (
     Admit,
@@ -57,7 +56,9 @@ from sessionwarden.actors.messages import (
 )
 from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.config import Config
-from sessionwarden.domain.budgets import (
+from sessionwarden.domain.admission.caps_stage import session_budget
+from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.cost.caps import (
     BudgetCall,
     Caps,
     Refusal,
@@ -73,12 +74,9 @@ from sessionwarden.domain.budgets import (
     reserve,
     settle,
 )
-from sessionwarden.domain.calls import CallRequest
-from sessionwarden.domain.lineage import Cut, cut_links, inherited_refusal, parent_refusal
-from sessionwarden.domain.price_book import PriceBook
-from sessionwarden.domain.session import session_stream
-from sessionwarden.domain.spend_caps import session_budget
-from sessionwarden.domain.worst_case import (
+from sessionwarden.domain.cost.lineage import Cut, cut_links, inherited_refusal, parent_refusal
+from sessionwarden.domain.cost.price_book import PriceBook
+from sessionwarden.domain.cost.worst_case import (
     call_worst_case,
     media_tokens,
     output_bound,
@@ -86,10 +84,12 @@ from sessionwarden.domain.worst_case import (
     requested_choices,
     requested_max_tokens,
 )
+from sessionwarden.domain.session import session_stream
 from sessionwarden.events import BUDGETS_STREAM, CODEC, SessionCapSet
 from sessionwarden.store import ANY, EventLog, StreamAppend
 from sessionwarden.store.errors import StoreError
 from sessionwarden.store.writer import AppendRequest
+from sessionwarden.views.budgets import BUDGET_COST
 
 __all__ = ["UsageLedgerActor", "caps_of"]
 
@@ -133,7 +133,7 @@ class UsageLedgerActor(GovernedActor):
         #: in SessionStarted): a later call's X-Session-Parent must not give it another.
         self._started: set[str] = set()
         #: Sessions whose parent link the caps cannot follow (a cycle, too deep): their
-        #: calls and their descendants' are refused (``domain.lineage``).
+        #: calls and their descendants' are refused (``domain.cost.lineage``).
         self._cuts: dict[str, Cut] = {}
         self._overrides: dict[str, Decimal | None] = {}
         self._caps = caps_of(config, {})
@@ -371,7 +371,7 @@ def _input_estimate(request: CallRequest) -> int:
 
     Counted here, where only a capped call's reservation needs it, not on the proxy's
     request path: the client's items as sent (and the tool schemas, billed as input),
-    each image, audio or file part at ``domain.worst_case.MEDIA_PART_TOKENS``.
+    each image, audio or file part at ``domain.cost.worst_case.MEDIA_PART_TOKENS``.
     """
     body = request.body
     items = getattr(body, "items", None)

@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 from sessionwarden.domain.calls import CallOutcome, CallRequest
-from sessionwarden.domain.key_states import KeyFailure
-from sessionwarden.domain.ratelimits import RateLimitSnapshot
+from sessionwarden.domain.keys.key_states import KeyFailure
+from sessionwarden.domain.keys.ratelimits import RateLimitSnapshot
 from sessionwarden.events import CODEC, Event, RequestRecord
 from sessionwarden.store import NewEvent, StreamAppend
 
@@ -272,7 +272,7 @@ class ReserveRoute(msgspec.Struct, frozen=True):
     model summariser before its side call (the route then is the summary model).
     ``request`` is the call as admitted; ``provider`` and ``model`` the route. The route's
     worst case (its model's price and output bound) replaces the call's reservation, in
-    the route's scopes (``domain.budgets.move``). Reply: the new ``Reservation``, or the
+    the route's scopes (``domain.cost.caps.move``). Reply: the new ``Reservation``, or the
     ``Refusal`` when it does not fit (the call keeps the one it holds).
     """
 

@@ -1,7 +1,7 @@
 """RateGuardActor: reads each response's rate-limit headers and records what changed.
 
 Every completion passes through here on its way to the session's actor: the guard reads
-the response's rate-limit headers (``sessionwarden.domain.ratelimits``, at
+the response's rate-limit headers (``sessionwarden.domain.keys.ratelimits``, at
 ``clock.now()``), and when the buckets of that key changed in a way worth recording it
 adds a RateLimitsObserved on ``ratelimits-<provider>`` to the completion's parts, so
 the completion and the buckets commit in one append. It does not append itself: the
@@ -28,7 +28,7 @@ from sessionwarden.actors.bridge import PENDING, Call, GovernedActor, Reply, tel
 from sessionwarden.actors.credits import CreditBoard, CreditTracker, IsFree, ObserveCredits
 from sessionwarden.actors.messages import Complete, new_event
 from sessionwarden.clock import Clock, SystemClock
-from sessionwarden.domain.ratelimits import buckets_seen, parse_rate_limits, worth_recording
+from sessionwarden.domain.keys.ratelimits import buckets_seen, parse_rate_limits, worth_recording
 from sessionwarden.events import RateLimitBucketSeen, RateLimitsObserved
 from sessionwarden.store import ANY, EventLog, StreamAppend
 from sessionwarden.store.errors import StoreError

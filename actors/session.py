@@ -43,7 +43,7 @@ from sessionwarden.actors.messages import (
 )
 from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.config import Config
-from sessionwarden.domain.admission import (
+from sessionwarden.domain.admission.pipeline import (
     Admitted,
     Pending,
     Pipeline,
@@ -53,12 +53,12 @@ from sessionwarden.domain.admission import (
     Verdict,
     verdict_events,
 )
+from sessionwarden.domain.admission.stages import default_pipeline
 from sessionwarden.domain.calls import complete_call
+from sessionwarden.domain.context.transcript import content_key
+from sessionwarden.domain.cost.price_book import PriceBook
 from sessionwarden.domain.errors import UnknownCall
-from sessionwarden.domain.price_book import PriceBook
 from sessionwarden.domain.session import OpenCall, SessionState, session_stream
-from sessionwarden.domain.stages import default_pipeline
-from sessionwarden.domain.transcript import content_key
 from sessionwarden.events import (
     CallResent,
     CompactionRequested,

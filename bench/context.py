@@ -20,7 +20,7 @@ Section "cold governance pass" (issue 11, "Speed and memory"): for each input, i
   region, as Hermes gets its messages parsed): the spill (``spill_turns.plan_spills`` +
   ``apply_spills``), ``compaction.prepare`` (the cut, phase 1 on the head) and
   ``compaction.finish`` (assembly, new items) around the same fixed summary text;
-* our phase 3, ``domain.summary.builtin_summary`` of the prepared middle and
+* our phase 3, ``domain.context.summary.builtin_summary`` of the prepared middle and
   ``compaction.builtin``, on their own line (Hermes has no summary without a model);
 * the floor (``tool_pairs`` + one pass over every part) and the decode the stage does
   before governing (digest + ``read_item`` of every item);
@@ -49,7 +49,7 @@ from typing import Any
 
 import msgspec
 from sessionwarden.config import CompressionConfig, ToolsConfig
-from sessionwarden.domain.compaction import (
+from sessionwarden.domain.context.compaction import (
     Compaction,
     Prepared,
     builtin,
@@ -58,12 +58,12 @@ from sessionwarden.domain.compaction import (
     summary_budget,
     tokens_of,
 )
-from sessionwarden.domain.compression import trigger_tokens
-from sessionwarden.domain.history import GovernedHistory, Item, digest
-from sessionwarden.domain.messages import Message, history_chars, tool_pairs
-from sessionwarden.domain.spill import Limits, resolve_limits
-from sessionwarden.domain.spill_turns import SpillOutcome, apply_spills, plan_spills
-from sessionwarden.domain.summary import builtin_summary
+from sessionwarden.domain.context.history import GovernedHistory, Item, digest
+from sessionwarden.domain.context.messages import Message, history_chars, tool_pairs
+from sessionwarden.domain.context.spill import Limits, resolve_limits
+from sessionwarden.domain.context.spill_turns import SpillOutcome, apply_spills, plan_spills
+from sessionwarden.domain.context.summary import builtin_summary
+from sessionwarden.domain.context.trigger import trigger_tokens
 from sessionwarden.upstream.chat_completions import ChatItems
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -362,7 +362,7 @@ def cold_pass(item: Input, limits: Limits, compression: CompressionConfig, thres
     """What the context stage runs on a first call carrying ``item``, each step timed.
 
     The spill (``plan_spills`` over every new message, its stand-ins put in place:
-    ``apply_spills``), then the compression as ``domain.context_compression`` runs it:
+    ``apply_spills``), then the compression as ``domain.admission.compaction_stage`` runs it:
     ``compaction.prepare`` (the cut, twice when the tail is over its ceiling, and
     phase 1 on the head) and ``compaction.finish`` around the fixed summary text
     (assembly, the new items written, the new governed history).

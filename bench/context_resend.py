@@ -6,12 +6,12 @@ messages, 7.3 MB; see its README), sent as an OpenAI client sends it: one JSON b
 ``{"model": ..., "messages": [...]}``. Two sections (issue 11, "Speed and memory"):
 
 **resend** (in this process). The body goes once through the daemon's real admission
-pipeline (``domain.stages.default_pipeline``: validation, then the context stage) as
-``cmd/proxy.py`` and ``actors/session.py`` run it: the chat-completions adapter reads it,
-the spill files the stage asks for are written (``store.spill.SpillStore``, a temporary
-directory) and the stage resumed, the verdict's events folded and its context adopted.
-Then the same history plus one new user message, in rounds (each mode once a round,
-CPU time of this process, medians over rounds):
+pipeline (``domain.admission.stages.default_pipeline``: validation, then the context stage)
+as ``cmd/daemon/proxy/relay.py`` and ``actors/session.py`` run it: the chat-completions
+adapter reads it, the spill files the stage asks for are written
+(``store.spill.SpillStore``, a temporary directory) and the stage resumed, the verdict's
+events folded and its context adopted. Then the same history plus one new user message, in
+rounds (each mode once a round, CPU time of this process, medians over rounds):
 
 * (a) ``msgspec.json.decode`` of that request body: the target's reference;
 * (b) the adapter's ``read_request`` of it, its upstream fields and the ``CallRequest``:
@@ -60,12 +60,18 @@ from typing import Any
 import httpx
 import msgspec
 from sessionwarden.config import Config, parse_config
-from sessionwarden.domain.admission import Admitted, Pending, Pipeline, Verdict, verdict_events
+from sessionwarden.domain.admission.pipeline import (
+    Admitted,
+    Pending,
+    Pipeline,
+    Verdict,
+    verdict_events,
+)
+from sessionwarden.domain.admission.stages import default_pipeline
 from sessionwarden.domain.calls import CallRequest
-from sessionwarden.domain.history import ContextUpdate
+from sessionwarden.domain.context.history import ContextUpdate
+from sessionwarden.domain.context.spill_turns import SpillOutcome, SpillWork
 from sessionwarden.domain.session import SessionState
-from sessionwarden.domain.spill_turns import SpillOutcome, SpillWork
-from sessionwarden.domain.stages import default_pipeline
 from sessionwarden.store.errors import SpillUnavailable
 from sessionwarden.store.spill import SpillStore
 from sessionwarden.upstream.chat_completions import ChatCompletions
@@ -118,7 +124,7 @@ _WIRE = ChatCompletions()
 
 
 def call_request(body: bytes, call_id: str) -> CallRequest:
-    """What ``cmd/proxy.py`` builds before admission: the adapter's reading, upstream fields."""
+    """What the proxy (``cmd/daemon/proxy/relay.py``) builds before admission."""
     conversation, shape = _WIRE.read_request(body)
     conversation.fields_bytes, _ = _WIRE.upstream_fields(conversation.fields, SW_MODEL,
                                                          shape.stream)
@@ -128,7 +134,7 @@ def call_request(body: bytes, call_id: str) -> CallRequest:
 
 def admit(pipeline: Pipeline, state: SessionState, request: CallRequest, store: SpillStore,
           now: datetime) -> Verdict:
-    """Run admission to its verdict, writing the spill files asked for (``cmd/spills.py``)."""
+    """Run admission to its verdict, writing the spill files it asks for."""
     verdict = pipeline.run(state, request, now)
     while isinstance(verdict, Pending):
         assert isinstance(verdict.work, SpillWork), verdict.work

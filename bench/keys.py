@@ -7,7 +7,7 @@ Run ``.venv/bin/python bench/keys.py [--calls N] [--rounds R] [--in-process]``
    * ``select``: what every call pays in the pool: the breaker's decision and the usable
      keys (``ProviderHealth.allowed``), the strategy's pick and the release
      (``Pool.lease``/``release``) — 4 keys, one benched;
-   * ``classify``: what a *failed* call pays on top: ``domain.classifier.classify`` of a
+   * ``classify``: what a *failed* call pays on top: ``domain.classify.classifier.classify`` of a
      real OpenAI 429 (headers and body) and its mapping to the key's failure;
    * baseline: ``parse_rate_limits`` of an OpenAI success's headers, which every call
      already pays in the rate guard; and of the 429's four headers (part of classify);
@@ -47,12 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
 from proxy import TOKEN, Proc, start_daemon, start_fake
 from sessionwarden.actors.key_health import ProviderHealth
-from sessionwarden.domain.classifier import classify
-from sessionwarden.domain.error_patterns import DEFAULT_PATTERNS
-from sessionwarden.domain.failover import key_failure
-from sessionwarden.domain.key_states import KeyFailure
-from sessionwarden.domain.pool import KeyState, Pool
-from sessionwarden.domain.ratelimits import parse_duration, parse_rate_limits
+from sessionwarden.domain.classify.classifier import classify
+from sessionwarden.domain.classify.failover import key_failure
+from sessionwarden.domain.classify.patterns import DEFAULT_PATTERNS
+from sessionwarden.domain.keys.key_states import KeyFailure
+from sessionwarden.domain.keys.pool import KeyState, Pool
+from sessionwarden.domain.keys.ratelimits import parse_duration, parse_rate_limits
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 OK_HEADERS = {"x-ratelimit-limit-requests": "10000", "x-ratelimit-remaining-requests": "9999",

@@ -12,7 +12,7 @@ every 1.44 hours of the log's clock, so 1M calls span 30 days. Each session uses
 model (Claude Sonnet 4.5 at ``anthropic`` 60 %, GPT-4.1 at ``openai`` 38 %, an unpriced
 local model 2 %) and its provider's two keys in turn; one call in 20 is a summary side
 call on another model; one in 100 has estimated usage. Costs are what
-``domain.pricing.cost`` gives for the call's tokens at genai-prices' bundled prices
+``domain.cost.pricing.cost`` gives for the call's tokens at genai-prices' bundled prices
 (exact Decimal strings); the local model's are ``unknown``. The log is built once and
 kept as ``bench/results/ledger-<calls>-<marker>.db``, the marker a digest of the views'
 DDL and of this generator's version, so a schema change builds a new one.
@@ -31,7 +31,7 @@ bare-day   the ceiling of day-calls: a bare ``SELECT day, count(*), sum(...) ...
 bare-sums  the same over ``view_ledger_daily``
 
 then, once, ``sessionwarden usage --by day --json`` as a subprocess (wall, interpreter
-start and imports included) and ``python -c "import sessionwarden.cmd.main"`` (the
+start and imports included) and ``python -c "import sessionwarden.cmd.cli.main"`` (the
 floor of any CLI command). The day answers from the sums and from the calls are
 compared (they must be identical). Numbers only; nothing here asserts on time.
 """
@@ -52,15 +52,15 @@ from pathlib import Path
 
 import apsw
 from sessionwarden.actors.messages import new_event
-from sessionwarden.cmd.main import main as cli
-from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.cmd.cli.main import main as cli
 from sessionwarden.config import Config, ProviderConfig
-from sessionwarden.domain.price_book import PriceBook
-from sessionwarden.domain.pricing import cost
+from sessionwarden.domain.cost.price_book import PriceBook
+from sessionwarden.domain.cost.pricing import cost
 from sessionwarden.domain.session import session_stream
-from sessionwarden.domain.usage import CanonicalUsage
+from sessionwarden.domain.usage.canonical import CanonicalUsage
 from sessionwarden.events import CallAdmitted, CallCompleted, SessionStarted
 from sessionwarden.store import EventLog, NewEvent, StreamAppend
+from sessionwarden.views.wiring import default_projections
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GENERATOR = "1"  # bump when the generated ledger changes
@@ -246,11 +246,11 @@ def main() -> None:
           + ("met" if day <= 1 else "MISSED"))
     print(f"target: usage --by session --session ID <= 50 ms: {session * 1000:.1f} ms, "
           + ("met" if session <= 0.05 else "MISSED"))
-    cmd = [sys.executable, "-m", "sessionwarden.cmd.main", "usage", "--db", str(db),
+    cmd = [sys.executable, "-m", "sessionwarden.cmd.cli.main", "usage", "--db", str(db),
            "--by", "day", "--json"]
     for label, argv in (("subprocess: sessionwarden usage --by day --json", cmd),
-                        ("subprocess: python -c 'import sessionwarden.cmd.main'",
-                         [sys.executable, "-c", "import sessionwarden.cmd.main"])):
+                        ("subprocess: python -c 'import sessionwarden.cmd.cli.main'",
+                         [sys.executable, "-c", "import sessionwarden.cmd.cli.main"])):
         t0 = time.perf_counter()
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
         print(f"{label}: {(time.perf_counter() - t0) * 1000:.0f} ms (one run)")

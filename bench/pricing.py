@@ -31,11 +31,11 @@ from decimal import Decimal
 
 import msgspec
 from sessionwarden.config import Config, ProviderConfig
-from sessionwarden.domain.budgets import BudgetCall, Caps, Reserved, Spend, reserve, settle
-from sessionwarden.domain.price_book import PriceBook
-from sessionwarden.domain.pricing import cost
-from sessionwarden.domain.usage import normalise_usage
-from sessionwarden.domain.worst_case import output_bound, worst_case, worst_input_price
+from sessionwarden.domain.cost.caps import BudgetCall, Caps, Reserved, Spend, reserve, settle
+from sessionwarden.domain.cost.price_book import PriceBook
+from sessionwarden.domain.cost.pricing import cost
+from sessionwarden.domain.cost.worst_case import output_bound, worst_case, worst_input_price
+from sessionwarden.domain.usage.canonical import normalise_usage
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 PROVIDER, MODEL = "anthropic", "claude-sonnet-4-5"

@@ -223,7 +223,7 @@ def start_daemon(workdir: Path, fake_url: str, procs: list[Proc], exe: Path = SW
                         "BENCH_FAKE_KEY_B": "sk-bench-b-2222"}
     cmd = [str(exe) if exe.exists() else sys.executable]
     if not exe.exists():
-        cmd += ["-m", "sessionwarden.cmd.main"]
+        cmd += ["-m", "sessionwarden.cmd.cli.main"]
     cmd += ["daemon", "--config", str(config), "--db", str(db), "--port", "0"]
     proc = Proc(name, cmd, env, workdir)
     procs.append(proc)

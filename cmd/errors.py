@@ -14,7 +14,7 @@ The tree::
                                          (the daemon answers 413; never reaches the CLI)
 
 Configuration errors are ``sessionwarden.config.errors.ConfigError`` (exit 78); the
-CLI's table of exit codes by error is in ``cmd/main.py``. Messages are safe to show a
+CLI's table of exit codes by error is in ``cmd/cli/main.py``. Messages are safe to show a
 user: they never contain a secret value.
 """
 

@@ -14,6 +14,7 @@ from sessionwarden.config.model import (
     SIM_PRICED_MODEL,
     SIM_PROVIDER,
     STRATEGIES,
+    ZERO_CONFIG_PROVIDERS,
     ApiMode,
     Billing,
     BudgetsConfig,
@@ -31,7 +32,7 @@ from sessionwarden.config.model import (
     find_model,
     resolve_key,
 )
-from sessionwarden.config.parse import ZERO_CONFIG_PROVIDERS, parse_config, zero_config
+from sessionwarden.config.parse import parse_config, zero_config
 
 __all__ = [
     "API_MODES",

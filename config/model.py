@@ -257,9 +257,10 @@ class ToolsConfig(_Section, frozen=True):
     ``spill_dir`` is where spilled results are saved; empty means ``spill/`` beside the
     database. ``spill_max_mib`` bounds that directory (256 MiB unless written): past it
     the least recently referenced files are evicted, each eviction recorded
-    (``cmd/spills.py``). ``result_size_chars`` / ``turn_budget_chars`` None: not written, so they
-    scale with the model's window (``domain.spill.resolve_limits``); a written value is
-    used as written, even one equal to the default.
+    (``cmd/daemon/spills.py``). ``result_size_chars`` / ``turn_budget_chars`` None: not
+    written, so they scale with the model's window
+    (``domain.context.spill.resolve_limits``); a written value is used as written, even
+    one equal to the default.
     """
 
     result_size_chars: _Positive | None = None
@@ -439,10 +440,22 @@ def find_model(config: Config, name: str) -> tuple[ProviderConfig, str]:
     return resolved
 
 
+#: (variable, provider name, base URL, api mode, pricing URL) for the zero config.
+ZERO_CONFIG_PROVIDERS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("OPENAI_API_KEY", "openai", "https://api.openai.com/v1", "chat_completions", ""),
+    ("ANTHROPIC_API_KEY", "anthropic", "https://api.anthropic.com/v1", "anthropic_messages", ""),
+    (
+        "OPENROUTER_API_KEY",
+        "openrouter",
+        "https://openrouter.ai/api/v1",
+        "chat_completions",
+        "https://openrouter.ai/api/v1/models",
+    ),
+)
+
+
 def _missing_provider(config: Config, name: str) -> str:
     """What to do when ``name`` asks a well-known provider the config does not have."""
-    from sessionwarden.config.parse import ZERO_CONFIG_PROVIDERS  # parse imports this module
-
     provider = name.partition("/")[0]
     variable = next((v for v, known, *_ in ZERO_CONFIG_PROVIDERS if known == provider), None)
     if variable is None or any(p.name == provider for p in config.usable_providers):

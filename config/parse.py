@@ -7,7 +7,7 @@ mean" hint. Messages never echo a value that could be a secret.
 Without a config file the *zero config* applies (:func:`zero_config`): one provider per
 well-known key variable that is set (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``,
 ``OPENROUTER_API_KEY``) at its public endpoint. Finding the file (``--config``,
-``SESSIONWARDEN_CONFIG``) and reading it is the CLI's job (``cmd/config.py``).
+``SESSIONWARDEN_CONFIG``) and reading it is the CLI's job (``cmd/daemon/config.py``).
 """
 
 import difflib
@@ -21,6 +21,7 @@ from sessionwarden.config.errors import ConfigError
 from sessionwarden.config.model import (
     API_MODES,
     STRATEGIES,
+    ZERO_CONFIG_PROVIDERS,
     Billing,
     BudgetsConfig,
     CompressionConfig,
@@ -37,20 +38,8 @@ from sessionwarden.config.model import (
 )
 from sessionwarden.redact import default_redactor
 
-__all__ = ["ZERO_CONFIG_PROVIDERS", "parse_config", "zero_config"]
+__all__ = ["parse_config", "zero_config"]
 
-#: (variable, provider name, base URL, api mode, pricing URL) for the zero config.
-ZERO_CONFIG_PROVIDERS: tuple[tuple[str, str, str, str, str], ...] = (
-    ("OPENAI_API_KEY", "openai", "https://api.openai.com/v1", "chat_completions", ""),
-    ("ANTHROPIC_API_KEY", "anthropic", "https://api.anthropic.com/v1", "anthropic_messages", ""),
-    (
-        "OPENROUTER_API_KEY",
-        "openrouter",
-        "https://openrouter.ai/api/v1",
-        "chat_completions",
-        "https://openrouter.ai/api/v1/models",
-    ),
-)
 
 _SECTIONS: dict[str, type[msgspec.Struct]] = {
     "": Config,

@@ -1,10 +1,11 @@
 """A call's life in wire-neutral terms: the request asking admission, and how it ended.
 
 The HTTP layer and the wire adapters build these plain structs; the domain judges them.
-:class:`CallRequest` is what the admission pipeline sees (``sessionwarden.domain.admission``);
-:class:`CallOutcome` is what the proxy observed when the call ended, raw, and
-:func:`complete_call` turns it into the call's one :class:`~sessionwarden.events.CallCompleted`
-(canonical usage, estimate fallbacks, the key's outcome) over the session's state.
+:class:`CallRequest` is what the admission pipeline sees
+(``sessionwarden.domain.admission.pipeline``); :class:`CallOutcome` is what the proxy
+observed when the call ended, raw, and :func:`complete_call` turns it into the call's one
+:class:`~sessionwarden.events.CallCompleted` (canonical usage, estimate fallbacks, the key's
+outcome) over the session's state.
 """
 
 from collections.abc import Callable
@@ -14,12 +15,12 @@ from typing import Any
 
 import msgspec
 from sessionwarden.config import ApiMode
+from sessionwarden.domain.cost.price_book import PriceBook
+from sessionwarden.domain.cost.pricing import Cost, PriceLookup, cost
 from sessionwarden.domain.errors import UnknownCall, UsageRejected
-from sessionwarden.domain.price_book import PriceBook
-from sessionwarden.domain.pricing import Cost, PriceLookup, cost
-from sessionwarden.domain.ratelimits import RateLimitSnapshot, parse_rate_limits
+from sessionwarden.domain.keys.ratelimits import RateLimitSnapshot, parse_rate_limits
 from sessionwarden.domain.session import SessionState
-from sessionwarden.domain.usage import CanonicalUsage, normalise_usage, tokens_from_chars
+from sessionwarden.domain.usage.canonical import CanonicalUsage, normalise_usage, tokens_from_chars
 from sessionwarden.events import CallAttempt, CallCompleted, RequestRecord
 
 __all__ = ["MAX_RAW_USAGE_CHARS", "CallAttempt", "CallOutcome", "CallRequest", "RequestShape",
@@ -63,15 +64,15 @@ class CallRequest(msgspec.Struct, frozen=True):
     ``purpose`` ``"summary"`` marks a side call the daemon makes itself (the model
     summariser) for the call ``parent_call``: admitted and metered, never governed.
 
-    Set by the context stage: ``context`` (a ``domain.history.ContextUpdate``) is the
+    Set by the context stage: ``context`` (a ``domain.context.history.ContextUpdate``) is the
     session's context state should the call be admitted; ``record`` what it sends, by
     content keys (CallAdmitted's ``request``); ``contents`` the new contents the record
     refers to, ``(key, bytes)``, stored in the same append.
 
     ``parent_session`` is the session named by ``X-Session-Parent`` (recorded in
     SessionStarted, the session's first call only). ``budget`` is the UsageLedgerActor's
-    answer before the pipeline runs: a ``domain.budgets.Reservation`` (held), a
-    ``domain.budgets.Refusal`` (the ``budgets`` stage refuses it), or None (no ledger).
+    answer before the pipeline runs: a ``domain.cost.caps.Reservation`` (held), a
+    ``domain.cost.caps.Refusal`` (the ``budgets`` stage refuses it), or None (no ledger).
     """
 
     call_id: str
@@ -114,7 +115,7 @@ class CallOutcome(msgspec.Struct, frozen=True):
         model: the model id sent upstream ("" when unknown): the credits tracker asks
             whether it is free.
         attempts: the attempts that failed over to another key before this outcome.
-        error_class: the class of the upstream error relayed (``domain.classifier``).
+        error_class: the class of the upstream error relayed (``domain.classify.classifier``).
     """
 
     call_id: str
@@ -177,7 +178,7 @@ def complete_call(
     ``limits`` is the rate guard's reading of the response's headers; without it they are
     read here (the ``Retry-After`` a 429 carries belongs to the key's outcome).
     ``redact`` scrubs secrets from a raw usage block kept for the audit. ``prices``
-    prices the usage (``domain.pricing``): an exact amount with its status, source and
+    prices the usage (``domain.cost.pricing``): an exact amount with its status, source and
     version; without it (or without a price) the cost is ``unknown``, never $0.
 
     Raises:

@@ -18,8 +18,8 @@ The tree::
 
 from datetime import datetime
 
-from sessionwarden.domain.key_states import format_time as _format_time
 from sessionwarden.errors import SessionwardenError
+from sessionwarden.events.times import format_time as _format_time
 
 __all__ = [
     "BadPatterns",

@@ -9,8 +9,8 @@ from the log, end in the same state.
 
 from typing import NamedTuple
 
-from sessionwarden.domain.compression import Calibration, calibrate, record_reading
-from sessionwarden.domain.history import ContextUpdate
+from sessionwarden.domain.context.history import ContextUpdate
+from sessionwarden.domain.context.trigger import Calibration, calibrate, record_reading
 from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
@@ -59,7 +59,7 @@ class SessionState:
         open: admitted calls without a completion yet, by call id.
         compaction: the focus of a compaction asked for and not yet done (None: none).
         context: the governed history, guard and trigger (memory only: None until the
-            first admission of this instance; ``domain.history.ContextUpdate``).
+            first admission of this instance; ``domain.context.history.ContextUpdate``).
         calibration: per upstream model, our estimate's correction by its last reading.
         limits: the context limits last recorded (CallAdmitted's ``limits``) by this
             instance; None until one is (a session loaded afresh records them again).
@@ -108,7 +108,7 @@ class SessionState:
             self.compaction = None
 
     def adopt(self, update: ContextUpdate) -> None:
-        """Take the context state an admitted call decided (``domain.context``)."""
+        """Take the context state an admitted call decided (``domain.admission.context_stage``)."""
         self.context = update
 
     def _read(self, call: OpenCall, done: CallCompleted) -> None:

@@ -19,7 +19,7 @@ Stream :data:`SPILL_STREAM` (``spill``), the spill directory's, not a session's:
 :class:`SpillEvicted`, a spill file deleted to keep the directory under its quota,
 appended (durable) before the file is deleted.
 
-Content keys are :func:`sessionwarden.domain.transcript.content_key` of the bytes (32
+Content keys are :func:`sessionwarden.domain.context.transcript.content_key` of the bytes (32
 hex characters); a message is referred to as ``(key, size in bytes)``.
 """
 
@@ -203,7 +203,7 @@ class SpillEvicted(Event, frozen=True):
     ``reason`` ``"quota"`` (a new file needed the room) or ``"quota_at_start"`` (the
     directory was over its quota when the daemon started: the setting was lowered);
     ``quota_bytes`` the bound, ``used_bytes`` what the directory held just before this
-    eviction. The least recently referenced file goes first (``domain.spill_quota``).
+    eviction. The least recently referenced file goes first (``domain.context.spill_quota``).
     """
 
     TAG: ClassVar[str] = "context.spill_evicted.v1"

@@ -6,7 +6,7 @@ completion whose response carried the credit headers (or by the rate guard itsel
 polled balance endpoint), and only when something changed that matters:
 
 - :class:`CreditsObserved`: the tracker's state after a reading changed a latch, a band
-  or a notice (``sessionwarden.domain.credits.worth_recording``). It carries the reading
+  or a notice (``sessionwarden.domain.credits.notices.worth_recording``). It carries the reading
   and the latches, so the tracker recovers its exact state from the last one; a balance
   that merely counts down is not written on every call.
 - :class:`CreditNoticeRaised` / :class:`CreditNoticeCleared`: a notice put up or taken

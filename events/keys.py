@@ -10,7 +10,7 @@
 Times are absolute ISO 8601 UTC strings with milliseconds (``"2026-12-02T12:00:05.250+00:00"``)
 so that a fold needs no clock and no ``recorded_at``: a daemon restarted while a key is
 benched reads the same ``until`` and keeps refusing until then. Both are decided in
-``sessionwarden.domain.key_states`` and ``sessionwarden.domain.breaker``.
+``sessionwarden.domain.keys.key_states`` and ``sessionwarden.domain.keys.breaker``.
 """
 
 from typing import ClassVar

@@ -34,7 +34,7 @@ class ListedPrice(msgspec.Struct, frozen=True, omit_defaults=True):
 class PriceListingPublished(Event, frozen=True):
     """A provider's price listing took effect (stream ``prices-<provider>``).
 
-    ``version`` is the content hash of ``models`` (``domain/price_listing.py``), which are
+    ``version`` is the content hash of ``models`` (``domain/cost/price_listing.py``), which are
     sorted by model; ``skipped`` counts the listing's entries that were left out as
     unusable (no price, a negative or malformed one, a duplicate id).
     """

@@ -2,7 +2,7 @@
 
 Stream ``ratelimits-<provider>``. Recorded only when the picture changes in a way that
 matters (a bucket appears or goes, its limit changes, it runs out or refills, or its
-remaining share drops into a lower band: ``sessionwarden.domain.ratelimits``), inside the
+remaining share drops into a lower band: ``sessionwarden.domain.keys.ratelimits``), inside the
 completion's atomic append of the call that saw it; a bucket that merely counts down is
 not written on every call.
 """

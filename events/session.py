@@ -149,7 +149,7 @@ class CallAttempt(msgspec.Struct, frozen=True, omit_defaults=True):
 class CallCompleted(Event, frozen=True):
     """How an admitted call ended: one per call, appended once (idempotency key).
 
-    Counts follow the canonical convention of ``sessionwarden.domain.usage``: the prompt
+    Counts follow the canonical convention of ``sessionwarden.domain.usage.canonical``: the prompt
     buckets (input, cache read, cache write) are disjoint and reasoning is part of output.
     ``source`` says where the counts came from (``provider``, ``estimated`` or
     ``missing``, never a silent zero). ``raw_usage`` (redacted, bounded) is kept only when

@@ -8,7 +8,7 @@ ever colliding with hashes computed for another purpose. The chain starts from
 :data:`GENESIS`, 32 zero bytes.
 
 :func:`content_key` names a stored content. It is the same function as
-``sessionwarden.domain.transcript.content_key`` (the store cannot import the domain; a
+``sessionwarden.domain.context.transcript.content_key`` (the store cannot import the domain; a
 test holds the two equal).
 """
 

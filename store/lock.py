@@ -136,7 +136,7 @@ def read_announcement(db_path: Path) -> Announcement | None:
     the daemon cannot have written: not a regular file (a FIFO would block the read),
     not this user's, or writable by others (whoever could write it could point a command
     and its token elsewhere). The URL is returned as written: the caller decides where
-    it may send anything (``cmd/daemon_client.py``).
+    it may send anything (``cmd/daemon/client.py``).
     """
     path = db_path.with_name(db_path.name + ".lock")
     try:

@@ -1,6 +1,6 @@
 """Spill files: a large tool result saved in full, beside the database, named by its hash.
 
-The pure policy (what to spill, the stand-in text) is ``sessionwarden.domain.spill``; this
+The pure policy (what to spill, the stand-in text) is ``sessionwarden.domain.context.spill``; this
 module only writes the bytes it is given. The rules (issue 11, "Layer 2 and 3"):
 
 * The directory is ``spill/`` beside the database unless configured otherwise
@@ -21,10 +21,10 @@ module only writes the bytes it is given. The rules (issue 11, "Layer 2 and 3"):
 * The same bytes again write nothing: an existing regular file of that name is reused
   when it holds exactly those bytes (read back and compared: a file at a hash name may
   have been truncated or edited by anyone with the user's rights), and its modification
-  time is renewed (the quota's order of reference, ``domain.spill_quota``); any other
+  time is renewed (the quota's order of reference, ``domain.context.spill_quota``); any other
   file there is replaced by a whole write.
 * :meth:`SpillStore.files` lists the spill files (name, size, modification time) and
-  :meth:`SpillStore.remove` deletes one, for the quota's keeper (``cmd/spills.py``);
+  :meth:`SpillStore.remove` deletes one, for the quota's keeper (``cmd/daemon/spills.py``);
   neither follows a symlink, and only names of the form ``<64 hex>.txt`` are touched.
 * Any failure raises :class:`~sessionwarden.store.errors.SpillUnavailable` with one short
   line, and leaves no temporary file; the caller falls back to inline truncation.

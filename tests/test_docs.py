@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sessionwarden.cmd.main import build_parser
+from sessionwarden.cmd.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 _QUOTE = re.compile(r"``(.+?)``|`([^`\n]+)`")
@@ -76,7 +76,7 @@ def test_every_option_quoted_in_the_docs_exists() -> None:
 
 @pytest.mark.parametrize("argv", [["--help"], ["daemon", "--help"]])
 def test_the_cli_does_not_promise_a_control_api(argv: list[str]) -> None:
-    done = subprocess.run([sys.executable, "-m", "sessionwarden.cmd.main", *argv],
+    done = subprocess.run([sys.executable, "-m", "sessionwarden.cmd.cli.main", *argv],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
     assert "control api" not in done.stdout.lower()

@@ -3,7 +3,7 @@
 Everything the daemon knows about this format's shapes is here, so the proxy never parses
 a wire format itself: reading a client's request into a wire-neutral
 :class:`~sessionwarden.domain.calls.RequestShape` and a
-:class:`~sessionwarden.domain.conversation.Conversation` (its fields decoded, its messages
+:class:`~sessionwarden.domain.context.conversation.Conversation` (its fields decoded, its messages
 left as the client's bytes, read one at a time by :class:`ChatItems` when governance
 needs them); the fields sent upstream (the upstream model name, usage always requested
 on streams) and the body they make with the governed messages; what a plain response says (its usage
@@ -18,10 +18,10 @@ from typing import Any
 import msgspec
 from sessionwarden.config import MAX_MODEL_NAME
 from sessionwarden.domain.calls import RequestShape
-from sessionwarden.domain.conversation import Conversation
-from sessionwarden.domain.messages import Message
-from sessionwarden.domain.transcript import assemble_body
-from sessionwarden.domain.usage import text_chars
+from sessionwarden.domain.context.conversation import Conversation
+from sessionwarden.domain.context.messages import Message
+from sessionwarden.domain.context.transcript import assemble_body
+from sessionwarden.domain.usage.canonical import text_chars
 from sessionwarden.upstream.chat_messages import from_neutral, to_neutral
 from sessionwarden.upstream.errors import MalformedRequest
 from sessionwarden.upstream.sse import DEFAULT_MAX_EVENT_BYTES, SseFramer, sse_data
@@ -126,7 +126,7 @@ class ChatCompletions:
         """Split a client's body into its fields and its raw messages, and their shape.
 
         The messages are not decoded here: governance hashes them and decodes only the
-        ones it has not seen (``domain.conversation``).
+        ones it has not seen (``domain.context.conversation``).
 
         Raises:
             MalformedRequest: not JSON, not an object, or no model named. A ``messages``

@@ -1,8 +1,8 @@
-"""Chat-completions messages to and from the wire-neutral model of ``domain.messages``.
+"""Chat-completions messages to and from the wire-neutral model of ``domain.context.messages``.
 
 The one place that knows how an OpenAI chat-completions ``messages`` list is shaped for
 context governance (issue 11, "A neutral message model"): :func:`to_neutral` reads each
-message into a :class:`~sessionwarden.domain.messages.Message`, :func:`from_neutral`
+message into a :class:`~sessionwarden.domain.context.messages.Message`, :func:`from_neutral`
 writes one back. The contract, property-tested: ``from_neutral(to_neutral(m)) == m`` for
 any list of messages, and msgspec encodes both to the same bytes (same keys, same order,
 same values), so an untouched message is re-sent byte for byte and a provider's prompt
@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
-from sessionwarden.domain.messages import (
+from sessionwarden.domain.context.messages import (
     Message,
     Opaque,
     Part,
@@ -53,7 +53,7 @@ from sessionwarden.domain.messages import (
     ToolCall,
     ToolResult,
 )
-from sessionwarden.domain.usage import text_chars as wire_chars
+from sessionwarden.domain.usage.canonical import text_chars as wire_chars
 
 __all__ = ["from_neutral", "to_neutral"]
 

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from sessionwarden.config import ProviderConfig
-from sessionwarden.domain.classification import Transport
+from sessionwarden.domain.classify.classification import Transport
 from sessionwarden.upstream.errors import EventTooLarge
 from sessionwarden.upstream.sim import simulate
 from sessionwarden.upstream.sse import SseFramer, sse_data

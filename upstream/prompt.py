@@ -1,6 +1,6 @@
 """The daemon's own prompts to a model: a plain request out, the answer's text back.
 
-The model summariser (``cmd/summarise.py``) asks an upstream model for a summary on the
+The model summariser (``cmd/daemon/summarise.py``) asks an upstream model for a summary on the
 daemon's behalf: a system text and one user prompt, not streamed. This module builds
 that request and reads its answer for the wire formats that can carry it — only
 ``chat_completions`` today; the Anthropic Messages and Responses formats add theirs with
@@ -31,7 +31,7 @@ def prompt_body(model: str, system: str, prompt: str, max_tokens: int = 0) -> by
     """A plain (non-streamed) chat-completions request: ``system`` then the ``prompt``.
 
     ``max_tokens`` caps the answer when positive; 0 sends no cap (the provider's own
-    limit applies), which is what the summariser uses (``domain.summariser``).
+    limit applies), which is what the summariser uses (``domain.context.summariser``).
     """
     body: dict[str, Any] = {
         "model": model,

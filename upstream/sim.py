@@ -44,7 +44,7 @@ from typing import Any
 
 import msgspec
 from sessionwarden.config import SIM_PRICED_MODEL
-from sessionwarden.domain.usage import text_chars
+from sessionwarden.domain.usage.canonical import text_chars
 from sessionwarden.upstream.sim_text import Turn, answer_format, plan_turn
 
 __all__ = ["SIM_MODELS", "SimBody", "SimResponse", "estimate_prompt_tokens", "simulate"]

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
-from sessionwarden.domain.summary import SUMMARY_START, covered_turns
+from sessionwarden.domain.context.summary import SUMMARY_START, covered_turns
 
 __all__ = ["AnswerFormat", "Turn", "answer_format", "plan_turn"]
 

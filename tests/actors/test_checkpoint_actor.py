@@ -1,6 +1,6 @@
 """CheckpointActor (actors/checkpoint.py): periodic PASSIVE, TRUNCATE escalation and shutdown.
 
-The actor is subscribed to the store's commits as cmd/runtime.py subscribes it. The
+The actor is subscribed to the store's commits as cmd/daemon/runtime.py subscribes it. The
 tests open their log with ``autocheckpoint=False`` (the daemon keeps the writer's
 automatic checkpoint on) so that every checkpoint they see is the actor's.
 """
@@ -17,9 +17,9 @@ import pykka
 import pytest
 from sessionwarden.actors.checkpoint import CHECKPOINT_STREAM, CheckpointActor
 from sessionwarden.actors.messages import Committed
-from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.events import CODEC, WalCheckpointed
 from sessionwarden.store import EventLog, NewEvent
+from sessionwarden.views.wiring import default_projections
 
 from tests.actors.actor_support import no_leaked_actors
 

@@ -13,13 +13,13 @@ from loguru import logger
 from sessionwarden.actors.bridge import Ping, ask_blocking
 from sessionwarden.actors.credentials import CredentialPoolActor, credentials_stream
 from sessionwarden.actors.messages import Lease, Leased, Release, UnusableProviders
-from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.config import SIM_PROVIDER, ProviderConfig, parse_config
 from sessionwarden.domain.errors import NoCredential
-from sessionwarden.domain.pool import KeyState
+from sessionwarden.domain.keys.pool import KeyState
 from sessionwarden.events import CODEC, CredentialAdded, CredentialRemoved
 from sessionwarden.redact import default_redactor, fingerprint
 from sessionwarden.store import EventLog, StreamAppend
+from sessionwarden.views.wiring import default_projections
 
 from tests.actors.actor_support import no_leaked_actors
 

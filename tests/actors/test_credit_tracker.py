@@ -12,11 +12,11 @@ import pytest
 from loguru import logger
 from msgspec.structs import replace
 from sessionwarden.actors.credits import CreditBoard, CreditTracker
-from sessionwarden.cmd.credit_status import active_notices
-from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.domain.calls import CallOutcome
-from sessionwarden.domain.ratelimits import rate_limit_headers
+from sessionwarden.domain.keys.ratelimits import rate_limit_headers
 from sessionwarden.store import EventLog
+from sessionwarden.views.credit_status import active_notices
+from sessionwarden.views.wiring import default_projections
 
 NOW = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
 LIMIT = 20_000_000

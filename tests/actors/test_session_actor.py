@@ -26,12 +26,18 @@ from sessionwarden.actors.messages import (
     Resume,
 )
 from sessionwarden.actors.session import SessionActor, session_shard
-from sessionwarden.cmd.wiring import default_projections
-from sessionwarden.domain.admission import Need, Pipeline, Proceed, Refuse, StageResult, stage
+from sessionwarden.domain.admission.pipeline import (
+    Need,
+    Pipeline,
+    Proceed,
+    Refuse,
+    StageResult,
+    stage,
+)
+from sessionwarden.domain.admission.validation import validate_request
 from sessionwarden.domain.calls import CallOutcome, CallRequest
 from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.domain.session import SessionState, session_stream
-from sessionwarden.domain.validation import validate_request
 from sessionwarden.events import (
     CODEC,
     CallAdmitted,
@@ -42,6 +48,7 @@ from sessionwarden.events import (
 from sessionwarden.store import EventLog, StreamAppend
 from sessionwarden.store.errors import StoreError
 from sessionwarden.store.schema import connect
+from sessionwarden.views.wiring import default_projections
 
 from tests.actors.actor_support import call_request, no_leaked_actors
 

@@ -15,7 +15,6 @@ from sessionwarden.actors.rateguard import RateGuardActor
 from sessionwarden.actors.session import SessionActor
 from sessionwarden.actors.shells import CompressorActor
 from sessionwarden.actors.supervisor import ActorSpec, Supervisor
-from sessionwarden.cmd.wiring import default_projections
 from sessionwarden.domain.calls import CallOutcome
 from sessionwarden.events import (
     CallAdmitted,
@@ -25,6 +24,7 @@ from sessionwarden.events import (
 )
 from sessionwarden.store import EventLog, StreamAppend
 from sessionwarden.store.schema import connect
+from sessionwarden.views.wiring import default_projections
 
 from tests.actors.actor_support import call_request, no_leaked_actors
 

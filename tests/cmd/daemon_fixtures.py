@@ -41,7 +41,7 @@ def sessionwarden_cmd() -> list[str]:
     """The command that runs the CLI from this virtualenv."""
     if _BIN.exists():
         return [str(_BIN)]
-    return [sys.executable, "-m", "sessionwarden.cmd.main"]
+    return [sys.executable, "-m", "sessionwarden.cmd.cli.main"]
 
 
 def config_text(base_url: str, key_vars: Sequence[str], *, extra: str = "",

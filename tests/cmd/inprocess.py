@@ -20,11 +20,11 @@ import openai
 import pytest
 import uvicorn
 from sessionwarden.clock import Clock
-from sessionwarden.cmd.daemon import _Lifespan
-from sessionwarden.cmd.runtime import Runtime
-from sessionwarden.cmd.server import DaemonApp
+from sessionwarden.cmd.daemon.runtime import Runtime
+from sessionwarden.cmd.daemon.server import DaemonApp
+from sessionwarden.cmd.daemon.start import _Lifespan
 from sessionwarden.config import parse_config
-from sessionwarden.domain.admission import Pipeline
+from sessionwarden.domain.admission.pipeline import Pipeline
 
 from tests.cmd.daemon_fixtures import config_text
 from tests.support.fake_provider import FakeProviderServer, QuickServer

@@ -17,10 +17,17 @@ from typing import Any
 import msgspec
 import openai
 import pytest
-from sessionwarden.domain.admission import Need, Pipeline, Proceed, Refuse, StageResult, stage
+from sessionwarden.domain.admission.pipeline import (
+    Need,
+    Pipeline,
+    Proceed,
+    Refuse,
+    StageResult,
+    stage,
+)
+from sessionwarden.domain.admission.validation import validate_request
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.session import SessionState
-from sessionwarden.domain.validation import validate_request
 from sessionwarden.events import CallAdmitted, CallCompleted, CallRefused, SessionStarted
 
 from tests.cmd.daemon_fixtures import MODEL

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.events import CODEC, CallAdmitted, ContextCompressed
 
 from tests.cmd.daemon_fixtures import MODEL

@@ -18,9 +18,9 @@ import msgspec
 import openai
 import pytest
 from sessionwarden.clock import SystemClock
-from sessionwarden.cmd.budget_status import read_budget
 from sessionwarden.events import CODEC, CallRefused, SessionStarted
 from sessionwarden.store import EventLog
+from sessionwarden.views.budget_status import read_budget
 
 from tests.cmd.daemon_fixtures import MODEL
 from tests.cmd.inprocess import InProcessDaemon

@@ -19,11 +19,11 @@ import httpx
 import msgspec
 import openai
 import pytest
-from sessionwarden.actors.budget_views import BUDGET_COST
 from sessionwarden.actors.messages import Settle
 from sessionwarden.clock import FakeClock
-from sessionwarden.cmd.budget_status import read_budget
 from sessionwarden.store import EventLog
+from sessionwarden.views.budget_status import read_budget
+from sessionwarden.views.budgets import BUDGET_COST
 
 from tests.cmd import test_budgets_e2e
 from tests.cmd.daemon_fixtures import MODEL

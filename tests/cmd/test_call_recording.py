@@ -13,7 +13,7 @@ from typing import Any
 
 import openai
 import pytest
-from sessionwarden.cmd import calls
+from sessionwarden.cmd.daemon.proxy import calls
 from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from sessionwarden.clock import FakeClock
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.events import CODEC, CallCompleted, CallResent
 
 from tests.cmd.inprocess import InProcessDaemon

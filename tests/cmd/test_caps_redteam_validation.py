@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 from sessionwarden.clock import FakeClock
-from sessionwarden.cmd.main import main
-from sessionwarden.domain.lineage import MAX_ANCESTRY
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.domain.cost.lineage import MAX_ANCESTRY
 from sessionwarden.events import CODEC, CallRefused, SessionStarted
 
 from tests.cmd.inprocess import InProcessDaemon

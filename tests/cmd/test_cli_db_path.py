@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from sessionwarden.cmd.main import build_parser, database, main
+from sessionwarden.cmd.cli.main import build_parser, database, main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

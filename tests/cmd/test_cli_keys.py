@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from sessionwarden.clock import Clock
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.redact import fingerprint
 
 from tests.cmd.key_fixtures import GENUINE, TRANSIENT, Daemons, ask

@@ -1,4 +1,4 @@
-"""The log's CLI: ``events`` and ``replay`` (``cmd/cli_log.py``), through ``main()``.
+"""The log's CLI: ``events`` and ``replay`` (``cmd/cli/log.py``), through ``main()``.
 
 What the issue promised a user of these commands: the ``--json`` shapes, the filters, one
 documented exit code per kind of damage naming the first bad event, a short message and
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import apsw
 import pytest
-from sessionwarden.cmd.cli_log import REPLAY_EXIT_CODES
-from sessionwarden.cmd.main import main
-from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.cmd.cli.log import REPLAY_EXIT_CODES
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.events import CODEC, SessionStarted
 from sessionwarden.store import EventLog, NewEvent
+from sessionwarden.views.wiring import default_projections
 
 from tests.store.store_support import write_lock
 
@@ -243,7 +243,7 @@ def test_the_installed_command_prints_no_traceback(tmp_path: Path) -> None:
     garbage = tmp_path / "events.db"
     garbage.write_bytes(b"\x00" * 4096)
     done = subprocess.run(
-        [sys.executable, "-m", "sessionwarden.cmd.main", "replay", "--verify", "--db",
+        [sys.executable, "-m", "sessionwarden.cmd.cli.main", "replay", "--verify", "--db",
          str(garbage)],
         capture_output=True, text=True, timeout=60,
     )

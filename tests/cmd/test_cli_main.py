@@ -1,4 +1,4 @@
-"""The CLI's entry point (cmd/main.py): bad usage of any kind has one exit code, 64.
+"""The CLI's entry point (cmd/cli/main.py): bad usage of any kind has one exit code, 64.
 
 argparse exits 2 on its own errors; docs/logs-and-exit-codes.md documents 64 (EX_USAGE)
 for every bad usage, the ones argparse finds (unknown option, missing command, a value of
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.store import EventLog
 
 EX_USAGE = 64
@@ -59,7 +59,7 @@ def test_a_command_found_bad_usage_exits_64_too(
 
 def test_the_installed_command_exits_64_on_an_unknown_option(db: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "sessionwarden.cmd.main", "events", "--db", str(db), "--bogus"],
+        [sys.executable, "-m", "sessionwarden.cmd.cli.main", "events", "--db", str(db), "--bogus"],
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == EX_USAGE, done.stderr
@@ -85,9 +85,10 @@ def test_the_read_only_commands_do_not_import_the_daemon() -> None:
     # uvicorn, aiohttp and the actors are most of the CLI's start-up time; a command that
     # only reads the log (and every test that runs one) must not pay for them. rich is
     # imported only when a text table is printed.
-    probe = ("import sys; from sessionwarden.cmd.main import build_parser; build_parser(); "
+    probe = ("import sys; from sessionwarden.cmd.cli.main import build_parser; build_parser(); "
              "print(sorted(m for m in ('uvicorn', 'aiohttp', 'pykka', 'rich', "
-             "'sessionwarden.cmd.daemon', 'sessionwarden.cmd.runtime') if m in sys.modules))")
+             "'sessionwarden.cmd.daemon.start', 'sessionwarden.cmd.daemon.runtime') "
+             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "[]"
@@ -105,7 +106,7 @@ def test_a_malformed_clock_offset_is_one_line_and_the_config_exit_code(
 def test_the_option_the_internal_error_names_is_in_the_help(
     capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sessionwarden.cmd.main import internal_error
+    from sessionwarden.cmd.cli.main import internal_error
 
     assert "--debug" in internal_error(RuntimeError("x"))
     for argv in (["--help"], ["status", "--help"]):

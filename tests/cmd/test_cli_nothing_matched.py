@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from sessionwarden.actors.messages import new_event
-from sessionwarden.cmd.main import main
-from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.domain.session import session_stream
 from sessionwarden.events import CallAdmitted, CallCompleted, SessionStarted
 from sessionwarden.store import EventLog
+from sessionwarden.views.wiring import default_projections
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -10,11 +10,9 @@ from pathlib import Path
 
 import apsw
 import pytest
-from sessionwarden.cmd.main import main
-from sessionwarden.cmd.terminal import json_safe
-from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.domain.context.transcript import content_key, content_ref
 from sessionwarden.domain.session import session_stream
-from sessionwarden.domain.transcript import content_key, content_ref
 from sessionwarden.events import (
     CallAdmitted,
     CallRefused,
@@ -25,6 +23,8 @@ from sessionwarden.events import (
     ToolResultSpilled,
 )
 from sessionwarden.store import EventLog
+from sessionwarden.text import json_safe
+from sessionwarden.views.wiring import default_projections
 
 from tests.support.recorded import RecordedSession, new_event
 

@@ -7,12 +7,10 @@ from pathlib import Path
 import msgspec
 import pytest
 from sessionwarden.actors.messages import new_event
-from sessionwarden.cmd.config import load_config
-from sessionwarden.cmd.main import main
-from sessionwarden.cmd.session_status import read_status, status_json, status_text
-from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.cmd.daemon.config import load_config
+from sessionwarden.domain.admission.caps_stage import SessionBudget
 from sessionwarden.domain.session import session_stream
-from sessionwarden.domain.spend_caps import SessionBudget
 from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
@@ -25,6 +23,8 @@ from sessionwarden.events import (
     ToolResultSpilled,
 )
 from sessionwarden.store import EventLog
+from sessionwarden.views.session_status import read_status, status_json, status_text
+from sessionwarden.views.wiring import default_projections
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 CONFIG = """

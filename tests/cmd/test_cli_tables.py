@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 from sessionwarden.actors.messages import new_event
-from sessionwarden.cmd.main import main
-from sessionwarden.cmd.terminal import json_safe, printable
-from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.domain.session import session_stream
 from sessionwarden.events import CallAdmitted, CallCompleted, CredentialAdded, SessionStarted
 from sessionwarden.store import EventLog
+from sessionwarden.text import json_safe, printable
+from sessionwarden.views.wiring import default_projections
 
 from tests.cmd.daemon_fixtures import clean_env, sessionwarden_cmd
 

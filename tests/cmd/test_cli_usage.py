@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 from sessionwarden.actors.messages import new_event
-from sessionwarden.cmd.cli_usage import Group, parse_time
-from sessionwarden.cmd.main import main
-from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.cmd.cli.usage import parse_time
 from sessionwarden.domain.session import session_stream
 from sessionwarden.events import CallAdmitted, CallCompleted, CredentialAdded, SessionStarted
 from sessionwarden.store import EventLog
+from sessionwarden.views.usage import Group
+from sessionwarden.views.wiring import default_projections
 
 FP_A, FP_B = "fp:aaaaaaaaaaaa", "fp:bbbbbbbbbbbb"
 

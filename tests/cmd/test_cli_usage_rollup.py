@@ -1,6 +1,6 @@
 """``usage`` from the ledger's daily sums gives the answer the calls give, byte for byte.
 
-``view_ledger_daily`` (actors/ledger_rollup.py) is what makes ``usage --by day`` fast on
+``view_ledger_daily`` (views/ledger_rollup.py) is what makes ``usage --by day`` fast on
 a large ledger; it must never change an answer: for any ledger, any ``--by`` and any
 whole-day window, the output read from it is the output read from every call (which
 ``usage`` still does for a window that is not whole days), and a rebuild from zero, or a
@@ -15,11 +15,11 @@ import apsw
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sessionwarden.actors.ledger_rollup import ROLLUP_TABLE
-from sessionwarden.cmd.main import main
-from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.store import EventLog, replay
 from sessionwarden.store.projections import table_digest
+from sessionwarden.views.ledger_rollup import ROLLUP_TABLE
+from sessionwarden.views.wiring import default_projections
 
 from tests.cmd.test_cli_usage import Clock, _call
 

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 from sessionwarden.clock import FakeClock
-from sessionwarden.cmd.main import main
-from sessionwarden.domain.spill import TRUNCATION_MARKER
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.domain.context.spill import TRUNCATION_MARKER
 from sessionwarden.events import (
     CODEC,
     CallAdmitted,

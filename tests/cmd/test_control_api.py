@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 from sessionwarden.actors.messages import new_event
-from sessionwarden.cmd.control import SESSION_ID
-from sessionwarden.cmd.proxy import _SESSION_ID
+from sessionwarden.cmd.daemon.control import SESSION_ID
+from sessionwarden.cmd.daemon.proxy.relay import _SESSION_ID
 from sessionwarden.events import CompactionRequested, ContextCompressed, ToolResultSpilled
 
 from tests.cmd.daemon_fixtures import MODEL, Daemon, DaemonMaker

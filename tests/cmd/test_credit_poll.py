@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from loguru import logger
 from sessionwarden.clock import FakeClock
-from sessionwarden.cmd import credit_poll
+from sessionwarden.cmd.daemon import credit_poll
 from sessionwarden.config import parse_config
 
 from tests.cmd.daemon_fixtures import MODEL

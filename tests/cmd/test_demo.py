@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sessionwarden.cmd.demo import STEPS
-from sessionwarden.cmd.demo_config import DEMO_CONFIG, check_offline
+from sessionwarden.cmd.cli.demo.config import DEMO_CONFIG, check_offline
+from sessionwarden.cmd.cli.demo.run import STEPS
 from sessionwarden.cmd.errors import CommandError
 from sessionwarden.config import SIM_PRICE, parse_config
 from sessionwarden.domain.session import session_stream
@@ -260,7 +260,7 @@ def test_a_demo_whose_daemon_cannot_start_says_why_in_one_line(
 def test_demo_help_says_which_log_it_writes_without_db(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from sessionwarden.cmd.main import build_parser
+    from sessionwarden.cmd.cli.main import build_parser
 
     def help_of(command: str) -> str:
         with pytest.raises(SystemExit):

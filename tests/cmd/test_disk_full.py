@@ -18,8 +18,8 @@ from typing import Any
 import apsw
 import openai
 import pytest
-from sessionwarden.cmd import calls
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.cmd.daemon.proxy import calls
 from sessionwarden.store.errors import StoreUnavailable
 
 from tests.cmd.daemon_fixtures import MODEL

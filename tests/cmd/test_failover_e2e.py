@@ -214,7 +214,7 @@ def test_a_providers_own_error_phrases_extend_the_classifier(daemons: Daemons) -
 
 def test_an_unknown_error_list_stops_the_daemon_with_one_line(tmp_path: Path,
                                                               fake: FakeProviderServer) -> None:
-    from sessionwarden.cmd.runtime import error_patterns
+    from sessionwarden.cmd.daemon.runtime import error_patterns
     from sessionwarden.config import ConfigError, parse_config
 
     text = config_text(fake.base_url, ["FAKE_KEY_A"]).replace(
@@ -251,8 +251,8 @@ def test_a_bare_429_on_a_key_known_to_be_out_for_hours_benches_it_for_hours(
 def test_a_request_too_long_for_the_upstream_is_compressed_further_and_resent_once(
     daemons: Daemons, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sessionwarden.cmd.main import main
-    from sessionwarden.cmd.replay_call import rebuild
+    from sessionwarden.cmd.cli.main import main
+    from sessionwarden.cmd.cli.replay_call import rebuild
     from sessionwarden.events import CallResent, ContextCompressed
 
     daemon = daemons.start(provider_extra="")
@@ -301,7 +301,7 @@ def test_a_request_too_long_for_the_upstream_is_compressed_further_and_resent_on
 def test_while_no_key_can_take_a_call_the_models_fallback_route_serves_it(
     tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    from sessionwarden.cmd.replay_call import rebuild
+    from sessionwarden.cmd.cli.replay_call import rebuild
     from sessionwarden.events import CallResent
 
     extra = f"""
@@ -358,7 +358,7 @@ price = {{ input = "3.00", output = "4.00" }}
         assert rebuild(daemon.runtime.log, "s", done.call_id).body == last.raw
         assert daemon.rows("SELECT provider, count(*) FROM view_ledger GROUP BY provider"
                            ) == [("backup", 2)]
-        from sessionwarden.cmd.main import main
+        from sessionwarden.cmd.cli.main import main
 
         from tests.cmd.test_failover_hostile import in_flight
         assert in_flight(daemon) == [0, 0, 0]  # the failed keys' leases went back too

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.config import parse_config
 from sessionwarden.events import CODEC, KeyStateChanged
 from sessionwarden.redact import fingerprint
@@ -178,7 +178,7 @@ def test_a_huge_error_body_is_read_bounded_and_answered_with_a_short_error(
 def test_an_endless_answer_is_not_held_in_memory(
     daemons: Daemons, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sessionwarden.cmd import proxy
+    from sessionwarden.cmd.daemon.proxy import relay as proxy
 
     monkeypatch.setattr(proxy, "MAX_ANSWER_BYTES", 1 << 20)  # 64 MiB would be slow here
     daemon = daemons.start()
@@ -476,7 +476,7 @@ def test_a_429_that_breaks_off_still_fails_over(
 def test_a_429_whose_body_never_comes_fails_over_without_waiting_the_read_timeout(
     raw: tuple[InProcessDaemon, RawUpstream], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sessionwarden.cmd import proxy
+    from sessionwarden.cmd.daemon.proxy import relay as proxy
 
     monkeypatch.setattr(proxy, "ERROR_BODY_TIMEOUT_S", 0.3)  # 10 s would be slow here
     daemon, upstream = raw

@@ -23,12 +23,12 @@ from pathlib import Path
 import apsw
 import httpx
 import pytest
-from sessionwarden.cmd import daemon_client
-from sessionwarden.cmd.daemon_client import leases_in_flight
-from sessionwarden.cmd.main import internal_error, main
-from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.cmd.cli.main import internal_error, main
+from sessionwarden.cmd.daemon import client as daemon_client
+from sessionwarden.cmd.daemon.client import leases_in_flight
 from sessionwarden.redact import fingerprint
 from sessionwarden.store import EventLog
+from sessionwarden.views.wiring import default_projections
 
 from tests.cmd.daemon_fixtures import clean_env, query_db, sessionwarden_cmd
 from tests.cmd.inprocess import InProcessDaemon

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sessionwarden.cmd.daemon_client import leases_in_flight
+from sessionwarden.cmd.daemon.client import leases_in_flight
 from sessionwarden.redact import fingerprint
 
 from tests.cmd.daemon_fixtures import MODEL, Daemon, DaemonMaker

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.events import CODEC, KeyStateChanged
 from sessionwarden.redact import fingerprint
 

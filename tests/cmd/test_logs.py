@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from loguru import logger
-from sessionwarden.cmd.logs import json_line, redact_record
+from sessionwarden.cmd.daemon.logs import json_line, redact_record
 from sessionwarden.redact import default_redactor, fingerprint
 
 

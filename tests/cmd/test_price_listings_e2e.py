@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from loguru import logger
-from sessionwarden.cmd.main import main
-from sessionwarden.domain.price_listing import MAX_LISTING_BYTES
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.domain.cost.price_listing import MAX_LISTING_BYTES
 from sessionwarden.events import CODEC, CallCompleted, PriceListingPublished
 
 from tests.cmd.daemon_fixtures import config_text

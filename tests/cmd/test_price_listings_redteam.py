@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from loguru import logger
 from sessionwarden.clock import FakeClock
-from sessionwarden.cmd.main import main
-from sessionwarden.domain.price_listing import (
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.domain.cost.price_listing import (
     MAX_RECORDED_BYTES,
     RECORD_BURST,
     RECORD_WINDOW_S,

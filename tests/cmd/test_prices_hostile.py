@@ -19,19 +19,19 @@ from typing import Any
 
 import pytest
 from loguru import logger
-from sessionwarden.cmd.price_listings import PriceListings
-from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.cmd.daemon.price_listings import PriceListings
 from sessionwarden.config.parse import parse_config
-from sessionwarden.domain.credit_readings import parse_balance, parse_credit_headers
-from sessionwarden.domain.errors import ListingRejected
-from sessionwarden.domain.price_book import PriceBook
-from sessionwarden.domain.price_listing import (
+from sessionwarden.domain.cost.price_book import PriceBook
+from sessionwarden.domain.cost.price_listing import (
     MAX_MODELS,
     MAX_PRICED_MODELS,
     PriceListing,
     parse_listing,
 )
+from sessionwarden.domain.credits.readings import parse_balance, parse_credit_headers
+from sessionwarden.domain.errors import ListingRejected
 from sessionwarden.store import EventLog
+from sessionwarden.views.wiring import default_projections
 
 GOOD = {"id": "acme/good", "pricing": {"prompt": "0.000001", "completion": "0.000002"}}
 KEY = "sk-hostile-listing-test-0123456789"
@@ -226,7 +226,7 @@ def test_a_negative_balance_is_debt_clamped_in_the_gauge() -> None:
 
 
 def _reading(as_of_ms: int, *, paid: bool = True, left: int = 40) -> Any:
-    from sessionwarden.domain.credit_readings import CreditReading
+    from sessionwarden.domain.credits.readings import CreditReading
     return CreditReading(
         remaining_micros=left * 1_000_000, remaining_usd=f"{left}.00",
         subscription_micros=left * 1_000_000, subscription_usd=f"{left}.00",
@@ -238,7 +238,7 @@ def _reading(as_of_ms: int, *, paid: bool = True, left: int = 40) -> Any:
 def test_a_far_future_as_of_does_not_freeze_the_notices() -> None:
     from datetime import UTC, datetime
 
-    from sessionwarden.domain.credits import CreditState, observe
+    from sessionwarden.domain.credits.notices import CreditState, observe
     now = datetime(2026, 12, 2, 7, 0, tzinfo=UTC)
     now_ms = int(now.timestamp() * 1000)
     state, _ = observe(CreditState(), _reading(now_ms, left=80), model_is_free=False, now=now)

@@ -12,7 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.events import CODEC, CallCompleted
 
 from tests.cmd.daemon_fixtures import MODEL

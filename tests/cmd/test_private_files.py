@@ -1,7 +1,7 @@
 """The daemon's files are its user's alone: created private whatever the umask, and an
 existing token file or state directory open to others is tightened or refused.
 
-The checks themselves (``cmd/private.py``) take the uid they expect, so "another user's
+The checks themselves (``cmd/daemon/private.py``) take the uid they expect, so "another user's
 file" is tested without root: the file is ours, and the check is told to expect another
 uid.
 """
@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 from loguru import logger
-from sessionwarden.cmd.daemon import load_token
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.cmd.daemon.private import private_directory, read_private_file, token_directory
+from sessionwarden.cmd.daemon.start import load_token
 from sessionwarden.cmd.errors import UnsafeFile
-from sessionwarden.cmd.main import main
-from sessionwarden.cmd.private import private_directory, read_private_file, token_directory
 
 from tests.cmd.daemon_fixtures import clean_env, sessionwarden_cmd
 

@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 from sessionwarden.clock import FakeClock
-from sessionwarden.cmd.main import main
-from sessionwarden.cmd.session_status import ROUNDED_NOTE
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.events import CODEC, CallCompleted, ContextCompressed
+from sessionwarden.views.session_status import ROUNDED_NOTE
 
 from tests.cmd.inprocess import InProcessDaemon
 from tests.cmd.test_context_e2e import agent_session

@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 import pytest
-from sessionwarden.cmd.main import main
-from sessionwarden.domain.spill import REDACTED_NOTE
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.domain.context.spill import REDACTED_NOTE
 from sessionwarden.events import CODEC, CallAdmitted, ToolResultSpilled
 
 from tests.cmd.daemon_fixtures import MODEL

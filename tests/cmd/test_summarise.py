@@ -14,17 +14,17 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from sessionwarden.cmd.runtime import Runtime
-from sessionwarden.cmd.summarise import summarise, summary_performers
+from sessionwarden.cmd.daemon.runtime import Runtime
+from sessionwarden.cmd.daemon.summarise import summarise, summary_performers
 from sessionwarden.config import parse_config
-from sessionwarden.domain.messages import Message, Text, ToolResult
-from sessionwarden.domain.session import session_stream
-from sessionwarden.domain.summariser import (
+from sessionwarden.domain.context.messages import Message, Text, ToolResult
+from sessionwarden.domain.context.summariser import (
     MODEL_HEADER,
     SummaryResult,
     SummaryWork,
     summary_request,
 )
+from sessionwarden.domain.session import session_stream
 from sessionwarden.events import CODEC, CallAdmitted, CallCompleted, Event
 from sessionwarden.redact import default_redactor
 

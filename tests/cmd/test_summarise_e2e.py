@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from loguru import logger
 from sessionwarden.clock import FakeClock
-from sessionwarden.cmd.summarise import summarise
+from sessionwarden.cmd.daemon.summarise import summarise
+from sessionwarden.domain.context.summariser import MODEL_HEADER, SummaryWork
 from sessionwarden.domain.session import session_stream
-from sessionwarden.domain.summariser import MODEL_HEADER, SummaryWork
 from sessionwarden.events import (
     CODEC,
     CallAdmitted,

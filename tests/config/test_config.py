@@ -3,8 +3,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from sessionwarden.cmd.config import CONFIG_ENV, load_config
-from sessionwarden.cmd.main import main
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.cmd.daemon.config import CONFIG_ENV, load_config
 from sessionwarden.config import (
     Config,
     ConfigError,
@@ -165,7 +165,7 @@ def test_defaults_match_design() -> None:
         32,
     )
     assert config.providers == () and config.models == ()
-    # Not written: they scale with the model's window (domain.spill.resolve_limits).
+    # Not written: they scale with the model's window (domain.context.spill.resolve_limits).
     assert (config.tools.result_size_chars, config.tools.turn_budget_chars) == (None, None)
     assert config.tools.preview_chars == 1500
     assert config.tools.spill_dir == ""  # spill/ beside the database

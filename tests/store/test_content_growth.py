@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 import pytest
-from sessionwarden.domain.transcript import content_key, sent_items
+from sessionwarden.domain.context.transcript import content_key, sent_items
 from sessionwarden.events import CODEC, CallAdmitted
 from sessionwarden.store import EventLog
 

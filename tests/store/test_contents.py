@@ -8,7 +8,7 @@ from pathlib import Path
 
 import apsw
 import pytest
-from sessionwarden.domain.transcript import content_key as domain_content_key
+from sessionwarden.domain.context.transcript import content_key as domain_content_key
 from sessionwarden.events import CODEC, SessionStarted
 from sessionwarden.store import (
     ANY,

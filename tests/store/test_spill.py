@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sessionwarden.domain.spill import spill_bytes, spill_name
+from sessionwarden.domain.context.spill import spill_bytes, spill_name
 from sessionwarden.store.errors import SpillUnavailable, StoreUnavailable
 from sessionwarden.store.spill import SpillRef, SpillStore, default_spill_dir
 

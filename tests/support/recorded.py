@@ -8,8 +8,8 @@ call sent so a test can compare what ``replay --session`` rebuilds with it.
 
 from collections.abc import Sequence
 
+from sessionwarden.domain.context.transcript import assemble_body, content_ref
 from sessionwarden.domain.session import session_stream
-from sessionwarden.domain.transcript import assemble_body, content_ref
 from sessionwarden.events import (
     CODEC,
     CallAdmitted,

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sessionwarden.domain.messages import (
+from sessionwarden.domain.context.messages import (
     Message,
     Opaque,
     Text,
@@ -16,7 +16,7 @@ from sessionwarden.domain.messages import (
     history_chars,
     tool_pairs,
 )
-from sessionwarden.domain.usage import text_chars as wire_chars
+from sessionwarden.domain.usage.canonical import text_chars as wire_chars
 from sessionwarden.upstream.chat_messages import from_neutral, to_neutral
 
 encode = msgspec.json.encode

@@ -17,7 +17,7 @@ from uuid import UUID
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import BaseModel, Field
-from sessionwarden.domain.summary import HEADER, summary_end
+from sessionwarden.domain.context.summary import HEADER, summary_end
 from sessionwarden.upstream.chat_completions import ChatStream
 from sessionwarden.upstream.sim import SimResponse, estimate_prompt_tokens, simulate
 

@@ -1,0 +1,1 @@
+"""``sessionwarden demo``: a scripted, offline session through a real daemon."""

@@ -1,0 +1,314 @@
+"""A proxied call's two steps through the actors: admission, then completion.
+
+:func:`admit` asks the UsageLedgerActor, which reserves the call's worst case against the
+spend caps (or decides its refusal) and hands it on to the session's actor to run the
+admission pipeline (a daemon where no cap applies goes straight to the session's actor:
+nothing needs holding; the ledger folds the log's costs when a cap is first set). When a stage needs
+work it cannot do purely (a summary from a model, say), the actor answers
+:class:`~sessionwarden.actors.messages.NeedsWork`; the work is done here, on the event
+loop, by the runtime's performer for that kind of work, and admission resumes with the
+result. The event loop never blocks on an actor.
+
+:func:`complete` records how the call ended: it gives the key back, then sends the
+outcome through the rate guard to the session's actor, which appends the completion (and
+any rate-limit observation) in one atomic append and replies once it is durable. An
+actor that is restarting does not lose the record: the completion is retried, on its
+successor, until a deadline (the idempotency key makes a retry that races the first
+attempt harmless). It runs at most once per call, whichever path (normal end, upstream
+error, client gone, shutdown) gets there first. Once the completion is durable, the
+ledger is told its cost (:class:`~sessionwarden.actors.messages.Settle`) while a cap
+applies; a call admission did not let through has its reservation released.
+"""
+
+import asyncio
+import base64
+import os
+import time
+from datetime import datetime
+from typing import Any
+
+from loguru import logger
+from sessionwarden.actors.bridge import ask, request, tell, wait
+from sessionwarden.actors.errors import ActorUnavailable
+from sessionwarden.actors.messages import (
+    Abandon,
+    AdmissionGranted,
+    AdmissionRefused,
+    Admit,
+    Complete,
+    Lease,
+    Leased,
+    NeedsWork,
+    Release,
+    ReleaseBudget,
+    Resume,
+    Settle,
+)
+from sessionwarden.cmd.daemon.access import note_call, note_completion
+from sessionwarden.cmd.daemon.runtime import Runtime
+from sessionwarden.config import ProviderConfig
+from sessionwarden.domain.calls import CallAttempt, CallOutcome, CallRequest
+from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.events import CallCompleted
+from sessionwarden.store.errors import StoreError
+
+__all__ = ["ProxiedCall", "admit", "complete", "new_call_id", "release_key", "request_lease",
+           "return_lease", "served", "take_lease"]
+
+#: How long a completion keeps trying to reach a (restarting) actor.
+COMPLETE_DEADLINE_S = 30.0
+
+
+def new_call_id() -> str:
+    """A fresh call id: 16 characters of base32 (80 random bits)."""
+    return base64.b32encode(os.urandom(10)).decode().lower()
+
+
+class ProxiedCall:
+    """What the proxy knows about one call while it is in flight.
+
+    A new call notes itself in the access line of the request it serves.
+    """
+
+    __slots__ = (
+        "admitted",
+        "attempts",
+        "body",
+        "bounded",
+        "call_id",
+        "client_request",
+        "error_class",
+        "lease",
+        "model",
+        "parent",
+        "provider",
+        "recorded",
+        "released",
+        "resent",
+        "retries",
+        "sent_at",
+        "session_id",
+        "started",
+        "stream",
+        "tried",
+    )
+
+    def __init__(self, session_id: str, provider: ProviderConfig, model: str,
+                 stream: bool, parent: str = "") -> None:
+        """A new call of ``session_id`` (child of ``parent``) to ``provider``'s ``model``."""
+        self.call_id = new_call_id()
+        self.parent = parent
+        self.session_id = session_id
+        self.provider = provider
+        self.model = model
+        self.stream = stream
+        self.lease: Leased | None = None
+        #: Whether :attr:`lease` went back to the pool (a failover takes a new one).
+        self.released = False
+        self.recorded = False
+        self.started = time.perf_counter()
+        #: When the request last went upstream (a success ends benches set before it).
+        self.sent_at: datetime | None = None
+        #: The keys tried and failed over from, and each failed attempt.
+        self.tried: list[str] = []
+        #: Retries of the same request after an overload, a 5xx or a timeout (at most 2).
+        self.retries = 0
+        #: The client's request as asked (governed again if the upstream finds it too
+        #: long, once: ``resent``) and the body sent upstream now.
+        self.client_request: CallRequest | None = None
+        #: The request as admitted (its fallback route is taken from it mid-call too).
+        self.admitted: CallRequest | None = None
+        self.resent = False
+        self.body = b""
+        self.attempts: list[CallAttempt] = []
+        #: The class of the last upstream error (``domain.classify.classifier``), "" if none.
+        self.error_class = ""
+        #: Its stream was cut at the output bound its reservation holds (cmd/daemon/proxy/relay.py):
+        #: the ledger charges it that reservation at most.
+        self.bounded = False
+        note_call(self.call_id, session_id, provider.name, model)
+
+    def outcome(self, outcome: str, **facts: Any) -> CallOutcome:
+        """The call's outcome with ``facts`` (status, usage, …) and its latency so far."""
+        return CallOutcome(
+            call_id=self.call_id, session_id=self.session_id, outcome=outcome,
+            provider=self.provider.name, api_mode=self.provider.api_mode,
+            latency_ms=(time.perf_counter() - self.started) * 1000,
+            credential=self.lease.fingerprint if self.lease else "", model=self.model,
+            attempts=tuple(self.attempts), **{"error_class": self.error_class, **facts},
+        )
+
+
+async def admit(rt: Runtime, request: CallRequest) -> AdmissionGranted | AdmissionRefused:
+    """Run the call through its session's admission pipeline, doing any work it needs.
+
+    Raises:
+        ActorUnavailable: the session's actor is not running or did not answer.
+    """
+    session_id, call_id = request.session_id, request.call_id
+    reply: object = None
+    try:
+        if not rt.budgets_active:  # no cap can apply: the ledger is told at settle
+            reply = await ask(rt.session_ref(session_id), Admit(request))
+        else:
+            reply = await ask(rt.ref("ledger"), Admit(request))
+        while isinstance(reply, NeedsWork):
+            perform = rt.performers.get(type(reply.work))
+            if perform is None:
+                raise ActorUnavailable(f"no performer for {type(reply.work).__name__}")
+            result = await perform(reply.work)
+            reply = await ask(rt.session_ref(session_id), Resume(session_id, call_id, result))
+    except BaseException:
+        if isinstance(reply, NeedsWork):  # the actor would wait for a resume for ever
+            try:
+                tell(rt.session_ref(session_id), Abandon(call_id))
+            except Exception:
+                pass
+        _release_budget(rt, call_id)
+        raise
+    assert isinstance(reply, AdmissionGranted | AdmissionRefused), reply
+    if isinstance(reply, AdmissionRefused):
+        _release_budget(rt, call_id)
+    return reply
+
+
+def _release_budget(rt: Runtime, call_id: str) -> None:
+    """The call will not be sent: free what the ledger reserved for it (if anything)."""
+    try:
+        tell(rt.ref("ledger"), ReleaseBudget(call_id))
+    except Exception:
+        pass  # a restarted ledger rebuilt its spend from the log: nothing is held
+
+
+def request_lease(rt: Runtime, call: ProxiedCall) -> "asyncio.Future[Leased] | None":
+    """Ask the pool for the call's key without waiting (None: the pool is not running).
+
+    Asked while admission runs, so neither waits for the other.
+    """
+    try:
+        return request(rt.ref("credentials"), Lease(call.provider.name, call.call_id))
+    except ActorUnavailable:
+        return None
+
+
+async def take_lease(call: ProxiedCall, leasing: "asyncio.Future[Leased] | None") -> Leased:
+    """Wait for the key asked for by :func:`request_lease`; ``call`` holds it too.
+
+    Raises:
+        NoCredential: the provider has no usable key.
+        ActorUnavailable: the credential pool is not running.
+    """
+    if leasing is None:
+        raise ActorUnavailable("the credential pool is not running")
+    call.lease = await wait(leasing)
+    return call.lease
+
+
+def return_lease(rt: Runtime, call: ProxiedCall,
+                 leasing: "asyncio.Future[Leased] | None") -> None:
+    """Give back the key of a call that will not be sent, whenever the lease arrives."""
+    if leasing is None:
+        return
+
+    def done(future: "asyncio.Future[Leased]") -> None:
+        if not future.cancelled() and future.exception() is None:
+            call.lease = future.result()
+            release_key(rt, call)
+
+    leasing.add_done_callback(done)
+
+
+def release_key(rt: Runtime, call: ProxiedCall, served: bool = False) -> None:
+    """Give the call's key back to the pool (once per lease; the pool's count is memory).
+
+    ``served``: the upstream answered with that key (not a key failure), so a bench the
+    key got before the call was sent is over.
+    """
+    lease = call.lease
+    if lease is not None and not call.released:
+        call.released = True
+        try:
+            tell(rt.ref("credentials"), Release(lease.provider, lease.fingerprint,
+                                               served=served, sent_at=call.sent_at,
+                                               call_id=call.call_id))
+        except Exception:
+            logger.warning("call {}: could not release its key", call.call_id)
+
+
+async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool:
+    """Record ``outcome`` durably; True once it is (or already was) in the log.
+
+    The recorded CallCompleted (its tokens, as the ledger has them) goes to the request's
+    access line: the session's actor replies with it, so this costs no extra message.
+
+    False means the record could not be written before the deadline: the call stays open
+    in its session, and the next start completes it as ``unknown``.
+    """
+    if call.recorded:
+        return True
+    call.recorded = True
+    release_key(rt, call, served=served(outcome))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + COMPLETE_DEADLINE_S
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            if attempt == 1:
+                done = await ask(rt.ref("rateguard"), Complete(outcome), timeout=10.0)
+            else:  # the rate guard may be the one in trouble: go straight to the session
+                done = await ask(rt.session_ref(call.session_id), Complete(outcome),
+                                 timeout=10.0)
+            if isinstance(done, CallCompleted):
+                note_completion(done)
+                if rt.budgets_active:  # else the ledger folds the log when a cap is set
+                    _settle(rt, call, done, outcome)
+            return True
+        except UnknownCall:
+            if attempt > 1:
+                return True  # an earlier attempt was recorded after all
+            logger.error("call {}: its session does not know it as open", call.call_id)
+            return False
+        except (ActorUnavailable, StoreError) as exc:
+            # A store failure restarts the session's actor from the log, where the call
+            # is still open: a later attempt can succeed.
+            if loop.time() >= deadline or rt.stopping:
+                logger.error("call {}: completion not recorded: {}", call.call_id, exc)
+                return False
+            logger.warning("call {}: completion attempt {} failed ({}); retrying",
+                           call.call_id, attempt, exc)
+            await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
+
+
+def served(outcome: CallOutcome) -> bool:
+    """Whether the upstream served the call: it answered, and not with a key's failure.
+
+    An overload or a server error is not the key's fault but is not a service either.
+    """
+    if outcome.outcome in ("ok", "client_disconnected", "truncated"):
+        return outcome.status != 0
+    return outcome.outcome == "upstream_error" and outcome.status < 500 \
+        and outcome.status not in (401, 402, 403, 429)
+
+
+def _settle(rt: Runtime, call: ProxiedCall, done: CallCompleted, outcome: CallOutcome) -> None:
+    """Tell the ledger what the recorded call cost (its reservation becomes that).
+
+    A call without usage (``missing``) that got an error answer, or never reached the
+    upstream, cost nothing: its reservation is released. One the upstream had without
+    answering (the client left first, a timeout) may be billed in full: its worst case
+    stays spent, as an unknown cost — released, it let a client that leaves at once
+    send calls the cap never counted.
+    """
+    try:
+        if done.source == "missing" and (
+                outcome.status >= 400 or call.sent_at is None
+                or outcome.outcome in ("unreachable", "no_credential")):
+            tell(rt.ref("ledger"), ReleaseBudget(done.call_id))
+            return
+        tell(rt.ref("ledger"), Settle(done.call_id, outcome.session_id, outcome.provider,
+                                     done.cost if done.cost_status != "unknown" else None,
+                                     call.parent, bounded=call.bounded))
+    except Exception:
+        logger.warning("call {}: the ledger was not told its cost; its reservation stays "
+                       "held until the next start", done.call_id)

@@ -1,0 +1,257 @@
+"""The context stage: keeps what reaches the model inside its window (issue 11).
+
+One admission stage, pure, over the session's :class:`~sessionwarden.domain.context.history.
+GovernedHistory`. For each call, in order:
+
+1. **Recognise** the resent history: the request's leading system items are taken as
+   they are; the others are hashed and compared with the governed history's client
+   digests. A matching prefix is forwarded as it was forwarded last time, byte for
+   byte; a mismatch is recorded (:class:`~sessionwarden.events.HistoryReset`) and the
+   whole request is governed afresh. Only the items not seen before are decoded.
+2. **Spill** the new items' tool results over their limits, and per assistant turn the
+   largest while the turn is over its budget (``domain.context.spill``). Writing the files is
+   I/O: the stage asks for it (:class:`SpillWork`, a ``Need``) and resumes with which
+   writes failed; a failed one falls back to inline truncation with a marker.
+3. **Compress** when the best token figure (``domain.context.trigger``) reaches the model's
+   trigger, or when the control API asked: phases 1, 2 and 4 (``domain.context.prune``,
+   ``domain.context.boundaries``) around a summary of the middle
+   (``domain.context.summary``'s builtin summariser, or a model's through
+   :mod:`sessionwarden.domain.context.compaction`).
+4. **Record**: a :class:`~sessionwarden.events.RequestRecord` (CallAdmitted's
+   ``request``) names by content key what is sent (the new contents go to the store in
+   the same append), and the request goes on with the governed items and the estimate
+   of what is sent.
+
+The stage never mutates the session's state: the new governed history, guard and
+threshold travel with the admitted request (:class:`ContextUpdate`) and the session's
+actor adopts them once the admission is durable.
+"""
+
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
+from typing import NamedTuple
+
+import msgspec
+from sessionwarden.config import Config
+from sessionwarden.domain.admission.compaction_stage import compress_step
+from sessionwarden.domain.admission.pipeline import Need, Proceed, Refuse, StageResult
+from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.context.compaction import tokens_of
+from sessionwarden.domain.context.conversation import Conversation, ItemCodec
+from sessionwarden.domain.context.history import (
+    ContextUpdate,
+    GovernedHistory,
+    Item,
+    digest,
+    recognise,
+)
+from sessionwarden.domain.context.messages import Message
+from sessionwarden.domain.context.spill import resolve_limits
+from sessionwarden.domain.context.spill_turns import (
+    SpillOutcome,
+    SpillPlan,
+    SpillWork,
+    apply_spills,
+    mark_evicted,
+    plan_spills,
+)
+from sessionwarden.domain.context.transcript import content_ref
+from sessionwarden.domain.context.trigger import estimate_tokens
+from sessionwarden.domain.session import SessionState
+from sessionwarden.events import Event, HistoryReset, RequestRecord
+
+__all__ = ["ContextSettings", "govern"]
+
+
+def _nothing(data: bytes) -> bool:
+    return False
+
+
+def _same(text: str) -> str:
+    return text
+
+
+class ContextSettings(NamedTuple):
+    """What the stage needs from outside: the config, where spills go, what to record.
+
+    ``holds_secret`` says whether a content holds an API key the daemon uses (the
+    redactor's registered secrets, injected): such a content is sent, as the client
+    wrote it, but never stored in the log. ``scrub`` replaces the secrets of a tool
+    result about to be spilled (the redactor, injected): a spill file never holds one.
+    ``evicted`` holds the names of the spill files evicted since (a live view of the
+    spill keeper's memory, injected): a forwarded stand-in naming one is re-rendered.
+    """
+
+    config: Config
+    spill_dir: str
+    record_messages: bool = True
+    holds_secret: Callable[[bytes], bool] = _nothing
+    scrub: Callable[[str], str] = _same
+    evicted: Collection[str] = frozenset()
+
+
+class _Call(NamedTuple):
+    """One admission in progress: what the stage has read and decided so far."""
+
+    request: CallRequest
+    conversation: Conversation
+    system: list[bytes]
+    rest: Sequence[bytes]
+    digests: list[bytes]
+    base: GovernedHistory
+    kept: int
+    events: list[Event]
+    system_refs: tuple[tuple[str, int], ...]
+
+
+def _leading_system(codec: ItemCodec, items: Sequence[bytes]) -> int:
+    count = 0
+    for raw in items:
+        if not codec.is_system(raw):
+            break
+        count += 1
+    return count
+
+
+def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
+           now: datetime) -> StageResult:
+    """The context stage (module doc); ``default_pipeline`` binds ``settings``."""
+    conversation = request.body
+    if not isinstance(conversation, Conversation):
+        return Proceed(request)  # a wire format without a conversation adapter yet
+    codec = conversation.codec
+    items = conversation.items
+    leading = _leading_system(codec, items)
+    rest = items[leading:]
+    digests = [digest(raw) for raw in rest]
+    events: list[Event] = []
+    history = state.context.history if state.context is not None else None
+    if history is not None:
+        recognition = recognise(history, digests)
+        if recognition.reason:
+            events.append(HistoryReset(call_id=request.call_id, reason=recognition.reason,
+                                       matched=recognition.matched))
+            history = None
+    elif state.calls:
+        events.append(HistoryReset(
+            call_id=request.call_id, reason="restarted or unloaded: no governed history"))
+    base = history or GovernedHistory()
+    kept = len(base.items)
+    # A stand-in whose spill file was evicted since it was sent says so from now on: the
+    # items from the first such one are forwarded (and recorded) anew.
+    marked = mark_evicted(base, settings.evicted, codec, settings.spill_dir)
+    if marked is not None:
+        base, kept = marked
+    new = rest[len(base.client):]
+    messages: list[Message] = []
+    for offset, raw in enumerate(new):
+        read = codec.read_item(raw)
+        if isinstance(read, str):
+            position = leading + len(base.client) + offset
+            return Refuse(400, f"messages[{position}]: {read}", code="invalid_request",
+                          events=tuple(events))
+        messages.append(read)
+    system = list(items[:leading])
+    call = _Call(request, conversation, system, rest, digests, base, kept, events,
+                 tuple(content_ref(raw) for raw in system))
+    model = settings.config.model_for(request.provider, request.model)
+    limits = resolve_limits(settings.config.tools, model.context_length if model else None)
+    plan = plan_spills(messages, limits, settings.spill_dir, first=leading + len(base.client),
+                       scrub=settings.scrub)
+    if not plan.files:
+        return _extend(settings, state, call, messages, plan, SpillOutcome(), now)
+
+    def resume(result: object) -> StageResult:
+        outcome = result if isinstance(result, SpillOutcome) else SpillOutcome(
+            failed={f.name: "the spill could not be written" for f in plan.files})
+        return _extend(settings, state, call, messages, plan, outcome, now)
+
+    return Need(SpillWork(plan.files), resume)
+
+
+def _extend(settings: ContextSettings, state: SessionState, call: _Call,
+            messages: list[Message], plan: SpillPlan, outcome: SpillOutcome,
+            now: datetime) -> StageResult:
+    """Append the new items (spilled as decided) and compress if the figure says so."""
+    codec = call.conversation.codec
+    governed, spill_events = apply_spills(plan, outcome, messages, codec, call.request.call_id)
+    base = call.base
+    first = len(base.client)
+    new_items = tuple(
+        Item(digest(raw), len(raw), tokens_of(message), raw, -1) if raw is not None
+        else Item(call.digests[first + offset], len(call.rest[first + offset]),
+                  tokens_of(message), None, first + offset)
+        for offset, (message, raw) in enumerate(governed)
+    )
+    history = GovernedHistory(
+        client=(*base.client, *call.digests[first:]), items=(*base.items, *new_items),
+        call_id=base.call_id, tokens=base.tokens + sum(i.tokens for i in new_items),
+        compressed=base.compressed, summary=base.summary, fields=base.fields,
+        system=base.system)
+    system_tokens = _system_tokens(call)
+    # What is not governed history: the fields (tool schemas, as JSON) and system items.
+    fixed = estimate_tokens(0, len(call.conversation.fields_bytes)) + system_tokens
+
+    def done(history: GovernedHistory, kept: int, events: list[Event],
+             update: ContextUpdate) -> StageResult:
+        return _record(settings, call, history, kept, events, update, fixed, system_tokens)
+
+    return compress_step(settings.config, state, call.request, call.rest, codec, history,
+                         call.kept, [*call.events, *spill_events], fixed, now, done,
+                         known=[message for message, _ in governed])
+
+
+def _system_tokens(call: _Call) -> int:
+    """Tokens of the system items; the same items as the last call's are not read again."""
+    if call.system_refs == call.base.system:
+        return call.base.system_tokens
+    system = 0
+    for raw in call.system:
+        read = call.conversation.codec.read_item(raw)
+        if not isinstance(read, str):
+            system += tokens_of(read)
+    return system
+
+
+def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, kept: int,
+            events: list[Event], update: ContextUpdate, fixed: int, system_tokens: int
+            ) -> StageResult:
+    """The request to forward, and its record (CallAdmitted's) with its new contents."""
+    request = call.request
+    sent = history.forwarded(call.rest)
+    fields = call.conversation.fields_bytes
+    fields_ref = content_ref(fields)
+    system_refs = call.system_refs
+    # Most calls send the fields and system messages of the call before: named once.
+    same_base = kept > 0
+    record = RequestRecord(
+        fields=None if same_base and fields_ref == history.fields else fields_ref,
+        items_key=call.conversation.codec.items_key,
+        system=None if same_base and system_refs == history.system else system_refs,
+        base=history.call_id if same_base else "", kept=kept,
+        appended=tuple((item.digest.hex(), item.size) for item in history.items[kept:]),
+        stored=settings.record_messages,
+    )
+    contents: tuple[tuple[str, bytes], ...] = ()
+    if settings.record_messages:
+        candidates = [(ref[0], raw) for ref, raw in zip(record.appended, sent[kept:],
+                                                         strict=True)]
+        if record.system is not None:
+            candidates[:0] = [(ref[0], raw) for ref, raw in zip(system_refs, call.system,
+                                                                strict=True)]
+        if record.fields is not None:
+            candidates.insert(0, (fields_ref[0], fields))
+        contents = tuple(c for c in candidates if not settings.holds_secret(c[1]))
+        if len(contents) < len(candidates):
+            kept_keys = {key for key, _ in contents}
+            record = msgspec.structs.replace(record, withheld=tuple(dict.fromkeys(
+                key for key, _ in candidates if key not in kept_keys)))
+    history = history._replace(call_id=request.call_id, fields=fields_ref, system=system_refs,
+                               system_tokens=system_tokens)
+    update = update._replace(history=history)
+    shape = msgspec.structs.replace(request.shape, prompt_tokens=fixed + history.tokens,
+                                    message_count=len(call.system) + len(sent))
+    governed = msgspec.structs.replace(
+        request, shape=shape, body=call.conversation.with_items([*call.system, *sent]),
+        context=update, contents=contents, record=record)
+    return Proceed(governed, tuple(events))
