@@ -288,8 +288,11 @@ async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
                     entry.fallback, exc)
         return None
     def give_back() -> None:
-        tell(rt.ref("credentials"), Release(lease.provider, lease.fingerprint,
-                                           call_id=call.call_id))
+        try:
+            tell(rt.ref("credentials"), Release(lease.provider, lease.fingerprint,
+                                                call_id=call.call_id))
+        except ActorUnavailable:
+            pass  # a pool that is down holds no lease: a restarted one starts with none
 
     held: Reservation | None = None
     if rt.budgets_active:
