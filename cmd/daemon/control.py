@@ -123,7 +123,7 @@ async def keys(rt: Runtime, method: str, send: ASGISend) -> None:
         await send_error(send, 405, "use GET", headers=[(b"allow", b"GET")])
         return
     try:
-        pools: dict[str, dict[str, int]] = await ask(rt.ref("credentials"), LeasesInFlight())
+        pools: dict[str, dict[str, int]] = await ask(rt.credentials, LeasesInFlight())
     except ActorUnavailable as exc:
         await _unavailable(send, "read its key pool", exc)
         return
@@ -149,7 +149,7 @@ async def _status(rt: Runtime, session_id: str, send: ASGISend) -> None:
         return
     if rt.budgets_active:  # the ledger's live figures count calls in flight too
         try:
-            live = await ask(rt.ref("ledger"), BudgetOf(session_id))
+            live = await ask(rt.ledger, BudgetOf(session_id))
             status = msgspec.structs.replace(status, budget=live)
         except (ActorUnavailable, StoreError):
             pass  # the log's figures stand
@@ -259,7 +259,7 @@ async def _budget(rt: Runtime, session_id: str, method: str, receive: ASGIReceiv
         # before the ledger folds the log, so a call recorded after that fold is told.
         rt.caps_set = True
     try:
-        budget = await ask(rt.ref("ledger"), message)
+        budget = await ask(rt.ledger, message)
     except (ActorUnavailable, StoreError) as exc:
         await _unavailable(send, "reach its spend ledger", exc)
         return

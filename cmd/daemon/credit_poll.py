@@ -113,7 +113,7 @@ class BalancePoller:
             reading = parse_balance(msgspec.json.decode(await self._fetch(target)))
             if reading is None:
                 raise _Failed("the answer holds no credit limit to watch")
-            await ask(self.rt.ref("rateguard"), ObserveCredits(
+            await ask(self.rt.rateguard, ObserveCredits(
                 target.provider.name, target.credential, reading), timeout=POLL_TIMEOUT_S)
         except asyncio.CancelledError:
             raise

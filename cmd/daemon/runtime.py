@@ -204,7 +204,7 @@ class Runtime:
             return
         commits, self._commits = self._commits, 0
         try:
-            tell(self.supervisor.ref("checkpoint"), Committed(commits))
+            tell(self.checkpoint, Committed(commits))
         except (KeyError, ActorUnavailable):
             pass  # not started yet, or being restarted: the next commits count
 
@@ -214,8 +214,8 @@ class Runtime:
         self.spills.recover()  # a directory over its quota (a lowered setting) is brought under
         self.supervisor.start()
         # Keys are read once, at start: which providers have none stays true until a restart.
-        self.unusable = ask_blocking(self.ref("credentials"), UnusableProviders())
-        self.caps_set = bool(ask_blocking(self.ref("ledger"), HasCaps()))
+        self.unusable = ask_blocking(self.credentials, UnusableProviders())
+        self.caps_set = bool(ask_blocking(self.ledger, HasCaps()))
         self.complete_orphans()
 
     def complete_orphans(self) -> int:
@@ -270,9 +270,28 @@ class Runtime:
         """Why the shard of ``session_id`` is not running (its last failure), if it is not."""
         return self.supervisor.why_down(f"session-{session_shard(session_id, self.shards)}")
 
-    def ref(self, name: str) -> "pykka.ActorRef[Any]":
-        """The current instance of actor ``name``."""
-        return self.supervisor.ref(name)
+    # The actors by name, typed: a misspelt name is an attribute error mypy finds, not a
+    # KeyError at the first call that needs the actor. Each property reads the
+    # supervisor's current instance, so a restarted actor is found at the next message.
+    @property
+    def credentials(self) -> "pykka.ActorRef[Any]":
+        """The CredentialPoolActor: leases, key states, the breaker."""
+        return self.supervisor.ref("credentials")
+
+    @property
+    def ledger(self) -> "pykka.ActorRef[Any]":
+        """The UsageLedgerActor: reservations against caps, settlements."""
+        return self.supervisor.ref("ledger")
+
+    @property
+    def rateguard(self) -> "pykka.ActorRef[Any]":
+        """The RateGuardActor: rate-limit and credit headers."""
+        return self.supervisor.ref("rateguard")
+
+    @property
+    def checkpoint(self) -> "pykka.ActorRef[Any]":
+        """The CheckpointActor: WAL checkpoints as commits accumulate."""
+        return self.supervisor.ref("checkpoint")
 
     async def astart(self) -> None:
         """Start the work the daemon does on the event loop: refreshing price listings.

@@ -243,7 +243,7 @@ async def _reserve(rt: Runtime, side: CallRequest, bound: int) -> str:
     """
     priced = msgspec.structs.replace(side, body=_Limits({"max_tokens": bound}))
     try:
-        decided = await ask(rt.ref("ledger"), ReserveRoute(priced, side.provider, side.model))
+        decided = await ask(rt.ledger, ReserveRoute(priced, side.provider, side.model))
     except ActorUnavailable as exc:
         # A cap is never passed by because its keeper is down.
         logger.warning("summary call {}: its cost cannot be held: {}", side.call_id, exc)
@@ -259,7 +259,7 @@ async def _reserve(rt: Runtime, side: CallRequest, bound: int) -> str:
 
 def _release(rt: Runtime, call_id: str) -> None:
     try:
-        tell(rt.ref("ledger"), ReleaseBudget(call_id))
+        tell(rt.ledger, ReleaseBudget(call_id))
     except Exception:
         pass  # a restarted ledger rebuilt its spend from the log: nothing is held
 

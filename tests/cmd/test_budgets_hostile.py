@@ -517,7 +517,7 @@ def test_a_call_ending_as_the_first_cap_is_set_is_counted_once(
                            json={"session_usd": "1"}).json()["spent"] == "0.01"
             # The interleaving of a call whose completion was recorded before the cap's
             # fold of the log, and whose Settle reaches the ledger after it.
-            daemon.runtime.ref("ledger").tell(Settle(call_id, "edge", "fake", "0.01"))
+            daemon.runtime.ledger.tell(Settle(call_id, "edge", "fake", "0.01"))
             time.sleep(0.1)
             assert api.get("/v1/sessions/edge/budget").json()["spent"] == "0.01"
     finally:

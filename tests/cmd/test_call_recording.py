@@ -86,7 +86,7 @@ def test_a_dead_session_shard_refuses_the_call_before_it_is_sent(
     # which may be just after the client has its answer.
     deadline = time.monotonic() + 5
     while True:
-        snapshot = rt.ref("credentials").proxy().snapshot().get()["fake"]
+        snapshot = rt.credentials.proxy().snapshot().get()["fake"]
         if [active for _, active, _ in snapshot] == [0, 0] or time.monotonic() > deadline:
             break
         time.sleep(0.01)
@@ -96,7 +96,7 @@ def test_a_dead_session_shard_refuses_the_call_before_it_is_sent(
 def test_a_dead_rate_guard_does_not_lose_the_record(
     inprocess: InProcessDaemon, fake: FakeProviderServer
 ) -> None:
-    inprocess.runtime.ref("rateguard").stop()
+    inprocess.runtime.rateguard.stop()
     with inprocess.openai(session="rg") as client:
         raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES)
     call_id = raw.headers["x-sessionwarden-call-id"]
@@ -107,7 +107,7 @@ def test_a_dead_rate_guard_does_not_lose_the_record(
 def test_a_dead_credential_pool_is_a_503_recorded_never_sent(
     inprocess: InProcessDaemon, fake: FakeProviderServer
 ) -> None:
-    inprocess.runtime.ref("credentials").stop()
+    inprocess.runtime.credentials.stop()
     with inprocess.openai(session="nokey") as client, \
             pytest.raises(openai.InternalServerError) as info:
         client.chat.completions.create(model=MODEL, messages=MESSAGES)

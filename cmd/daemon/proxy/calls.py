@@ -151,7 +151,7 @@ async def admit(rt: Runtime, request: CallRequest) -> AdmissionGranted | Admissi
         if not rt.budgets_active:  # no cap can apply: the ledger is told at settle
             reply = await ask(rt.session_ref(session_id), Admit(request))
         else:
-            reply = await ask(rt.ref("ledger"), Admit(request))
+            reply = await ask(rt.ledger, Admit(request))
         while isinstance(reply, NeedsWork):
             perform = rt.performers.get(type(reply.work))
             if perform is None:
@@ -175,7 +175,7 @@ async def admit(rt: Runtime, request: CallRequest) -> AdmissionGranted | Admissi
 def _release_budget(rt: Runtime, call_id: str) -> None:
     """The call will not be sent: free what the ledger reserved for it (if anything)."""
     try:
-        tell(rt.ref("ledger"), ReleaseBudget(call_id))
+        tell(rt.ledger, ReleaseBudget(call_id))
     except Exception:
         pass  # a restarted ledger rebuilt its spend from the log: nothing is held
 
@@ -186,7 +186,7 @@ def request_lease(rt: Runtime, call: ProxiedCall) -> "asyncio.Future[Leased] | N
     Asked while admission runs, so neither waits for the other.
     """
     try:
-        return request(rt.ref("credentials"), Lease(call.provider.name, call.call_id))
+        return request(rt.credentials, Lease(call.provider.name, call.call_id))
     except ActorUnavailable:
         return None
 
@@ -228,7 +228,7 @@ def release_key(rt: Runtime, call: ProxiedCall, served: bool = False) -> None:
     if lease is not None and not call.released:
         call.released = True
         try:
-            tell(rt.ref("credentials"), Release(lease.provider, lease.fingerprint,
+            tell(rt.credentials, Release(lease.provider, lease.fingerprint,
                                                served=served, sent_at=call.sent_at,
                                                call_id=call.call_id))
         except Exception:
@@ -255,7 +255,7 @@ async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool
         attempt += 1
         try:
             if attempt == 1:
-                done = await ask(rt.ref("rateguard"), Complete(outcome), timeout=10.0)
+                done = await ask(rt.rateguard, Complete(outcome), timeout=10.0)
             else:  # the rate guard may be the one in trouble: go straight to the session
                 done = await ask(rt.session_ref(call.session_id), Complete(outcome),
                                  timeout=10.0)
@@ -304,9 +304,9 @@ def _settle(rt: Runtime, call: ProxiedCall, done: CallCompleted, outcome: CallOu
         if done.source == "missing" and (
                 outcome.status >= 400 or call.sent_at is None
                 or outcome.outcome in ("unreachable", "no_credential")):
-            tell(rt.ref("ledger"), ReleaseBudget(done.call_id))
+            tell(rt.ledger, ReleaseBudget(done.call_id))
             return
-        tell(rt.ref("ledger"), Settle(done.call_id, outcome.session_id, outcome.provider,
+        tell(rt.ledger, Settle(done.call_id, outcome.session_id, outcome.provider,
                                      done.cost if done.cost_status != "unknown" else None,
                                      call.parent, bounded=call.bounded))
     except Exception:

@@ -113,7 +113,7 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
     if await _repeated(rt, call, response.status, status, found, failure):
         return False  # the request's fault: the client gets this answer, no key benched
     try:
-        await ask(rt.ref("credentials"), KeyFailed(lease.provider, lease.fingerprint, failure))
+        await ask(rt.credentials, KeyFailed(lease.provider, lease.fingerprint, failure))
     except (ActorUnavailable, StoreError) as exc:
         logger.warning("call {}: key failure not recorded: {}", call.call_id, exc)
         return False
@@ -123,7 +123,7 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
         return await _retry(rt, call, found, response.status)
     call.tried.append(lease.fingerprint)
     try:
-        following = await ask(rt.ref("credentials"),
+        following = await ask(rt.credentials,
                               Lease(lease.provider, call.call_id, tuple(call.tried)))
     except KeysBenched as exc:  # no other key: the fallback route, or this answer
         return await _fall_back(rt, call, found.error_class, response.status, adapter,
@@ -169,7 +169,7 @@ async def _repeated(rt: Runtime, call: ProxiedCall, answered: int, status: int,
             or (last.status, last.error_class) != (answered, found.error_class):
         return False
     try:
-        same = await ask(rt.ref("credentials"), RequestFault(
+        same = await ask(rt.credentials, RequestFault(
             call.lease.provider, last.credential, failure, call.sent_at or rt.clock.now()))
     except (ActorUnavailable, StoreError) as exc:
         logger.warning("call {}: a repeated failure not judged: {}", call.call_id, exc)
@@ -282,14 +282,14 @@ async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
         return None
     fields, injected = adapter.upstream_fields(admitted.body.fields, model, call.stream)
     try:
-        lease = await ask(rt.ref("credentials"), Lease(provider.name, call.call_id))
+        lease = await ask(rt.credentials, Lease(provider.name, call.call_id))
     except (NoCredential, ActorUnavailable) as exc:
         logger.info("call {}: fallback {} cannot take it either: {}", call.call_id,
                     entry.fallback, exc)
         return None
     def give_back() -> None:
         try:
-            tell(rt.ref("credentials"), Release(lease.provider, lease.fingerprint,
+            tell(rt.credentials, Release(lease.provider, lease.fingerprint,
                                                 call_id=call.call_id))
         except ActorUnavailable:
             pass  # a pool that is down holds no lease: a restarted one starts with none
@@ -330,7 +330,7 @@ async def _reserve_route(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
         RouteRefused: it does not fit a cap.
         ActorUnavailable: the ledger is not running.
     """
-    decided = await ask(rt.ref("ledger"), ReserveRoute(admitted, provider.name, model))
+    decided = await ask(rt.ledger, ReserveRoute(admitted, provider.name, model))
     if isinstance(decided, Reservation):
         return decided
     assert isinstance(decided, Refusal), decided
@@ -388,7 +388,7 @@ async def retry_transport(rt: Runtime, call: ProxiedCall, transport: Transport) 
     lease = call.lease
     if lease is not None and lease.fingerprint:
         try:
-            await ask(rt.ref("credentials"), KeyFailed(
+            await ask(rt.credentials, KeyFailed(
                 lease.provider, lease.fingerprint, key_failure(found, 0, now)))
         except (ActorUnavailable, StoreError) as exc:
             logger.warning("call {}: failure not recorded: {}", call.call_id, exc)

@@ -681,7 +681,7 @@ async def _retry_after(rt: Runtime, status: int, response: UpstreamResponse,
     keyed = call.lease is not None and bool(call.lease.fingerprint)
     if keyed:
         try:
-            pool = await ask(rt.ref("credentials"), NextReturn(call.provider.name))
+            pool = await ask(rt.credentials, NextReturn(call.provider.name))
         except ActorUnavailable:
             keyed = False  # nobody knows better than the upstream now
     wait = client_retry_after(pool, upstream, keyed)
