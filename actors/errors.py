@@ -14,7 +14,7 @@ Policy errors (a rejected usage block, no usable key, an unknown call) are the d
 ``sessionwarden.domain.errors``.
 """
 
-from sessionwarden.errors import SessionwardenError
+from sessionwarden.errors import SessionwardenError, Unavailable
 
 __all__ = ["ActorCrash", "ActorError", "ActorUnavailable"]
 
@@ -23,7 +23,7 @@ class ActorError(SessionwardenError):
     """Base of the errors of the actors package."""
 
 
-class ActorUnavailable(ActorError):
+class ActorUnavailable(ActorError, Unavailable):
     """An actor is not running, or did not answer within the deadline."""
 
 

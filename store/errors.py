@@ -25,7 +25,7 @@ A conflict is never retriable and a retriable error is never a conflict: this is
 split eventsourcing makes between ``IntegrityError`` and ``OperationalError``.
 """
 
-from sessionwarden.errors import SessionwardenError
+from sessionwarden.errors import Unavailable
 
 __all__ = [
     "ConflictError",
@@ -44,8 +44,12 @@ __all__ = [
 ]
 
 
-class StoreError(SessionwardenError):
-    """Base of every error of the event log."""
+class StoreError(Unavailable):
+    """Base of every error of the event log.
+
+    An :class:`~sessionwarden.errors.Unavailable`: seen from a call, a log that cannot
+    record is a daemon that cannot serve.
+    """
 
 
 class ConflictError(StoreError):

@@ -112,7 +112,19 @@ def test_the_root_draws_every_error_of_every_package() -> None:
         module = importlib.import_module(module_name)
         for name in module.__all__:
             assert name in drawn, f"{module_name}.{name} is missing from the root's tree"
-    every = {"SessionwardenError"} | {
+    every = set(errors.__all__) | {
         name for module_name, _ in ERROR_ROOTS
         for name in importlib.import_module(module_name).__all__}
     assert drawn <= every, drawn - every
+
+
+def test_unavailable_is_what_the_call_path_catches() -> None:
+    """One class for "retry later": every failure of the log and an actor that is down."""
+    from sessionwarden.actors.errors import ActorCrash, ActorUnavailable
+    from sessionwarden.errors import Unavailable
+    from sessionwarden.store import errors as store_errors
+
+    assert issubclass(ActorUnavailable, Unavailable)
+    assert not issubclass(ActorCrash, Unavailable)  # raised inside an actor, never caught
+    for name in store_errors.__all__:
+        assert issubclass(getattr(store_errors, name), Unavailable), name

@@ -53,6 +53,7 @@ from sessionwarden.actors.messages import (
 from sessionwarden.cmd.daemon.http import ASGIReceive, ASGISend, read_body, send_error, send_json
 from sessionwarden.cmd.daemon.runtime import Runtime
 from sessionwarden.cmd.errors import BodyTooLarge
+from sessionwarden.errors import Unavailable
 from sessionwarden.redact import default_redactor
 from sessionwarden.store.errors import StoreError
 from sessionwarden.views.budget_status import read_budget
@@ -151,7 +152,7 @@ async def _status(rt: Runtime, session_id: str, send: ASGISend) -> None:
         try:
             live = await ask(rt.ledger, BudgetOf(session_id))
             status = msgspec.structs.replace(status, budget=live)
-        except (ActorUnavailable, StoreError):
+        except Unavailable:
             pass  # the log's figures stand
     await send_json(send, 200, status_json(status))
 
@@ -202,7 +203,7 @@ async def _compact(rt: Runtime, session_id: str, receive: ASGIReceive, send: ASG
         return
     try:
         known = await ask(rt.session_ref(session_id), RequestCompaction(session_id, focus))
-    except (ActorUnavailable, StoreError) as exc:
+    except Unavailable as exc:
         await _unavailable(send, "record the request", exc)
         return
     if not known:
@@ -260,7 +261,7 @@ async def _budget(rt: Runtime, session_id: str, method: str, receive: ASGIReceiv
         rt.caps_set = True
     try:
         budget = await ask(rt.ledger, message)
-    except (ActorUnavailable, StoreError) as exc:
+    except Unavailable as exc:
         await _unavailable(send, "reach its spend ledger", exc)
         return
     await send_json(send, 200, msgspec.to_builtins(budget))

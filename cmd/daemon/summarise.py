@@ -76,8 +76,8 @@ from sessionwarden.domain.cost.caps import Refusal, Reservation
 from sessionwarden.domain.cost.worst_case import output_bound
 from sessionwarden.domain.errors import NoCredential
 from sessionwarden.domain.keys.ratelimits import rate_limit_headers
+from sessionwarden.errors import Unavailable
 from sessionwarden.redact import default_redactor
-from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.client import UpstreamResponse, forwarded_headers
 from sessionwarden.upstream.errors import MalformedResponse
@@ -208,7 +208,7 @@ async def _attempt(rt: Runtime, work: SummaryWork, provider_name: str, model: st
     leasing = request_lease(rt, call)
     try:
         verdict = await admit(rt, side)
-    except (ActorUnavailable, StoreError) as exc:
+    except Unavailable as exc:
         return_lease(rt, call, leasing)
         logger.warning("summary call {}: not admitted: {}", call.call_id, exc)
         return _Attempt(failure="not recorded")

@@ -49,8 +49,8 @@ from sessionwarden.cmd.daemon.runtime import Runtime
 from sessionwarden.config import ProviderConfig
 from sessionwarden.domain.calls import CallAttempt, CallOutcome, CallRequest
 from sessionwarden.domain.errors import UnknownCall
+from sessionwarden.errors import Unavailable
 from sessionwarden.events import CallCompleted
-from sessionwarden.store.errors import StoreError
 
 __all__ = ["ProxiedCall", "admit", "complete", "new_call_id", "release_key", "request_lease",
            "return_lease", "served", "take_lease"]
@@ -269,7 +269,7 @@ async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool
                 return True  # an earlier attempt was recorded after all
             logger.error("call {}: its session does not know it as open", call.call_id)
             return False
-        except (ActorUnavailable, StoreError) as exc:
+        except Unavailable as exc:
             # A store failure restarts the session's actor from the log, where the call
             # is still open: a later attempt can succeed.
             if loop.time() >= deadline or rt.stopping:

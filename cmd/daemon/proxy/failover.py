@@ -49,7 +49,7 @@ from sessionwarden.domain.cost.caps import Refusal, Reservation
 from sessionwarden.domain.errors import KeysBenched, NoCredential
 from sessionwarden.domain.keys.key_states import KeyFailure
 from sessionwarden.domain.keys.ratelimits import RateLimitSnapshot
-from sessionwarden.store.errors import StoreError
+from sessionwarden.errors import Unavailable
 from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.chat_completions import ChatCompletions
 from sessionwarden.upstream.client import UpstreamResponse
@@ -114,7 +114,7 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
         return False  # the request's fault: the client gets this answer, no key benched
     try:
         await ask(rt.credentials, KeyFailed(lease.provider, lease.fingerprint, failure))
-    except (ActorUnavailable, StoreError) as exc:
+    except Unavailable as exc:
         logger.warning("call {}: key failure not recorded: {}", call.call_id, exc)
         return False
     if found.recovery == "compress_and_retry":
@@ -171,7 +171,7 @@ async def _repeated(rt: Runtime, call: ProxiedCall, answered: int, status: int,
     try:
         same = await ask(rt.credentials, RequestFault(
             call.lease.provider, last.credential, failure, call.sent_at or rt.clock.now()))
-    except (ActorUnavailable, StoreError) as exc:
+    except Unavailable as exc:
         logger.warning("call {}: a repeated failure not judged: {}", call.call_id, exc)
         return False
     if same:
@@ -195,7 +195,7 @@ async def _resend(rt: Runtime, call: ProxiedCall, found: Classification, status:
     try:
         governed = await ask(rt.session_ref(call.session_id),
                              Resend(call.client_request, found.error_class))
-    except (ActorUnavailable, StoreError) as exc:
+    except Unavailable as exc:
         logger.warning("call {}: not governed again: {}", call.call_id, exc)
         return False
     if governed is None:
@@ -310,7 +310,7 @@ async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
         await ask(rt.session_ref(call.session_id), Reroute(
             call.session_id, call.call_id, admitted.record, provider.name, model, fields,
             reason))
-    except (ActorUnavailable, StoreError) as exc:
+    except Unavailable as exc:
         logger.warning("call {}: the fallback route was not recorded: {}", call.call_id, exc)
         give_back()  # the route's reservation is released when the call is recorded
         return None
@@ -390,6 +390,6 @@ async def retry_transport(rt: Runtime, call: ProxiedCall, transport: Transport) 
         try:
             await ask(rt.credentials, KeyFailed(
                 lease.provider, lease.fingerprint, key_failure(found, 0, now)))
-        except (ActorUnavailable, StoreError) as exc:
+        except Unavailable as exc:
             logger.warning("call {}: failure not recorded: {}", call.call_id, exc)
     return await _retry(rt, call, found, 0)

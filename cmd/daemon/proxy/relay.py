@@ -73,8 +73,8 @@ from sessionwarden.domain.cost.caps import Reservation
 from sessionwarden.domain.cost.stream_bound import past_bound
 from sessionwarden.domain.errors import KeysBenched, NoCredential
 from sessionwarden.domain.keys.ratelimits import parse_rate_limits, rate_limit_headers
+from sessionwarden.errors import Unavailable
 from sessionwarden.redact import default_redactor
-from sessionwarden.store.errors import StoreError
 from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.chat_completions import ChatCompletions, ChatStream
 from sessionwarden.upstream.client import (
@@ -132,7 +132,7 @@ async def _record_unrouted(rt: Runtime, session_id: str, shape: RequestShape,
     try:
         await ask(rt.session_ref(session_id), RecordRefusal(request, "routing", 404, why,
                                                               "model_not_found"))
-    except (ActorUnavailable, StoreError) as exc:
+    except Unavailable as exc:
         logger.warning("call {}: refusal not recorded: {}", call_id, exc)
         return ""
     return call_id
@@ -193,7 +193,7 @@ async def chat_completions(
     leasing = request_lease(rt, call)
     try:
         verdict = await admit(rt, call_request)
-    except (ActorUnavailable, StoreError) as exc:
+    except Unavailable as exc:
         return_lease(rt, call, leasing)
         # A shard restarting after a failed append says why it failed (a full disk,
         # say), which is what the client can act on; "not running" is not.
