@@ -22,6 +22,7 @@ applies; a call admission did not let through has its reservation released.
 
 import asyncio
 import base64
+import enum
 import os
 import time
 from datetime import datetime
@@ -52,8 +53,8 @@ from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.errors import Unavailable
 from sessionwarden.events import CallCompleted
 
-__all__ = ["ProxiedCall", "admit", "complete", "new_call_id", "release_key", "request_lease",
-           "return_lease", "served", "take_lease"]
+__all__ = ["Next", "ProxiedCall", "admit", "complete", "new_call_id", "release_key",
+           "request_lease", "return_lease", "served", "take_lease"]
 
 #: How long a completion keeps trying to reach a (restarting) actor.
 COMPLETE_DEADLINE_S = 30.0
@@ -62,6 +63,25 @@ COMPLETE_DEADLINE_S = 30.0
 def new_call_id() -> str:
     """A fresh call id: 16 characters of base32 (80 random bits)."""
     return base64.b32encode(os.urandom(10)).decode().lower()
+
+
+class Next(enum.Enum):
+    """What a step of a call's path leaves the call to do.
+
+    Named, not a boolean: as booleans, "relayed" and "failed over" were both True and
+    meant opposite things.
+    """
+
+    #: The request goes upstream again: another key, a retry, a fallback route, a resend.
+    SEND_AGAIN = "send again"
+    #: No recovery applies: the caller answers the client with what it has.
+    ANSWER = "answer"
+    #: The client has its answer (or the call ended): nothing more to do.
+    DONE = "done"
+
+    def __bool__(self) -> bool:
+        """Refused: every member would be true, so ``if step():`` would always hold."""
+        raise TypeError("compare a Next with `is`, never as a truth value")
 
 
 class ProxiedCall:

@@ -38,7 +38,7 @@ from sessionwarden.actors.messages import (
     Resend,
     ReserveRoute,
 )
-from sessionwarden.cmd.daemon.proxy.calls import ProxiedCall, release_key
+from sessionwarden.cmd.daemon.proxy.calls import Next, ProxiedCall, release_key
 from sessionwarden.cmd.daemon.runtime import Runtime
 from sessionwarden.config import ProviderConfig, UnknownModel
 from sessionwarden.domain.calls import CallAttempt, CallRequest
@@ -78,7 +78,7 @@ class RouteRefused(Exception):
 
 
 async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
-                    body: bytes, adapter: ChatCompletions, *, streamed: bool = False) -> bool:
+                    body: bytes, adapter: ChatCompletions, *, streamed: bool = False) -> Next:
     """Judge an error answer; on a key's own failure, take the next key (True).
 
     The key is benched first (the pool replies once that is durable), so the next lease
@@ -111,12 +111,12 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
         return await _retry(rt, call, found, response.status)
     failure = key_failure(found, status, now, call.provider.shared_limits)
     if await _repeated(rt, call, response.status, status, found, failure):
-        return False  # the request's fault: the client gets this answer, no key benched
+        return Next.ANSWER  # the request's fault: the client gets this answer, no key benched
     try:
         await ask(rt.credentials, KeyFailed(lease.provider, lease.fingerprint, failure))
     except Unavailable as exc:
         logger.warning("call {}: key failure not recorded: {}", call.call_id, exc)
-        return False
+        return Next.ANSWER
     if found.recovery == "compress_and_retry":
         return await _resend(rt, call, found, response.status, adapter)
     if not fails_over(found):
@@ -129,14 +129,14 @@ async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
         return await _fall_back(rt, call, found.error_class, response.status, adapter,
                                 exc.reason)
     except (NoCredential, ActorUnavailable):
-        return False  # no other key: the client gets this answer
+        return Next.ANSWER  # no other key: the client gets this answer
     release_key(rt, call)
     call.attempts.append(CallAttempt(credential=lease.fingerprint, status=response.status,
                                      error_class=found.error_class))
     call.lease, call.released = following, False
     logger.info("call {}: {} from key {}: failing over to key {}", call.call_id,
                 response.status, lease.fingerprint, following.fingerprint)
-    return True
+    return Next.SEND_AGAIN
 
 
 def _quoted(call: ProxiedCall) -> tuple[str, ...]:
@@ -182,7 +182,7 @@ async def _repeated(rt: Runtime, call: ProxiedCall, answered: int, status: int,
 
 
 async def _resend(rt: Runtime, call: ProxiedCall, found: Classification, status: int,
-                  adapter: ChatCompletions) -> bool:
+                  adapter: ChatCompletions) -> Next:
     """Too long for the upstream: once per call, govern it again, more compressed, resend.
 
     The session's actor compresses the history to a lower target and records what goes
@@ -190,26 +190,26 @@ async def _resend(rt: Runtime, call: ProxiedCall, found: Classification, status:
     nothing is sent that the log does not hold. False: nothing more to compress.
     """
     if call.resent or call.client_request is None or call.lease is None:
-        return False
+        return Next.ANSWER
     call.resent = True
     try:
         governed = await ask(rt.session_ref(call.session_id),
                              Resend(call.client_request, found.error_class))
     except Unavailable as exc:
         logger.warning("call {}: not governed again: {}", call.call_id, exc)
-        return False
+        return Next.ANSWER
     if governed is None:
-        return False
+        return Next.ANSWER
     sent = governed.body
     call.body = adapter.upstream_body(sent.fields_bytes, sent.items)
     call.attempts.append(CallAttempt(credential=call.lease.fingerprint, status=status,
                                      error_class=found.error_class))
     logger.info("call {}: {} ({}); compressed further and sent again", call.call_id,
                 status, found.error_class)
-    return True
+    return Next.SEND_AGAIN
 
 
-async def route_around(rt: Runtime, call: ProxiedCall, adapter: ChatCompletions) -> bool:
+async def route_around(rt: Runtime, call: ProxiedCall, adapter: ChatCompletions) -> Next:
     """The provider stayed unreachable through the call's retries: its fallback route (True).
 
     A dead host can take no call, as a provider whose keys are all benched cannot; its
@@ -220,7 +220,7 @@ async def route_around(rt: Runtime, call: ProxiedCall, adapter: ChatCompletions)
 
 
 async def _fall_back(rt: Runtime, call: ProxiedCall, error_class: str, status: int,
-                     adapter: ChatCompletions, reason: str) -> bool:
+                     adapter: ChatCompletions, reason: str) -> Next:
     """The last key failed too: send the call to its model's fallback route (True).
 
     As a call that finds every key benched at its start would be; the failed attempts
@@ -230,7 +230,7 @@ async def _fall_back(rt: Runtime, call: ProxiedCall, error_class: str, status: i
     """
     admitted, failed = call.admitted, call.lease
     if admitted is None or failed is None or call.resent:
-        return False
+        return Next.ANSWER
     release_key(rt, call)  # the route's key replaces it
     try:
         routed = await reroute(rt, call, admitted, reason, wire=adapter)
@@ -241,13 +241,13 @@ async def _fall_back(rt: Runtime, call: ProxiedCall, error_class: str, status: i
             "unreachable", 0)
         raise
     if routed is None:
-        return False
+        return Next.ANSWER
     _, fields, _ = routed
     call.attempts.append(CallAttempt(credential=failed.fingerprint, status=status,
                                      error_class=error_class))
     call.tried = []
     call.body = adapter.upstream_body(fields, admitted.body.items)
-    return True
+    return Next.SEND_AGAIN
 
 
 async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
@@ -357,7 +357,7 @@ def _last_known(rt: Runtime, provider: str, credential: str,
             max(0.0, (now - newest).total_seconds()))
 
 
-async def _retry(rt: Runtime, call: ProxiedCall, found: Classification, status: int) -> bool:
+async def _retry(rt: Runtime, call: ProxiedCall, found: Classification, status: int) -> Next:
     """Wait, then send again with the same key (True), if the class asks for a retry.
 
     Overload, 5xx and timeouts only, before anything reached the client, at most
@@ -365,10 +365,10 @@ async def _retry(rt: Runtime, call: ProxiedCall, found: Classification, status: 
     longer ``Retry-After`` than a short wait means relay, not hold the client.
     """
     if found.recovery != "retry":
-        return False
+        return Next.ANSWER
     delay = retry_delay(call.retries + 1, _RNG, found.reset_seconds)
     if delay is None:
-        return False
+        return Next.ANSWER
     call.retries += 1
     assert call.lease is not None
     call.attempts.append(CallAttempt(credential=call.lease.fingerprint, status=status,
@@ -376,10 +376,10 @@ async def _retry(rt: Runtime, call: ProxiedCall, found: Classification, status: 
     logger.info("call {}: {} ({}); retry {} in {:.2f} s", call.call_id, status or "no answer",
                 found.error_class, call.retries, delay)
     await rt.clock.sleep(delay)  # the injected clock: a test's retries cost no time
-    return True
+    return Next.SEND_AGAIN
 
 
-async def retry_transport(rt: Runtime, call: ProxiedCall, transport: Transport) -> bool:
+async def retry_transport(rt: Runtime, call: ProxiedCall, transport: Transport) -> Next:
     """No answer came: count it for the breaker and retry (bounded) when the class says so."""
     now = rt.clock.now()
     found = classify(0, {}, b"", now=now, transport=transport, provider=call.provider.name,

@@ -48,6 +48,7 @@ from sessionwarden.actors.messages import AdmissionRefused, RecordRefusal
 from sessionwarden.cmd.daemon.access import note_call
 from sessionwarden.cmd.daemon.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.daemon.proxy.calls import (
+    Next,
     ProxiedCall,
     admit,
     complete,
@@ -295,7 +296,7 @@ async def _forward(
         while True:  # the body changes only when a too-long call is governed again
             relayed = await _attempt(rt, call, adapter, call.body, headers, injected, client,
                                      send)
-            if relayed:
+            if relayed is Next.DONE:
                 return
     except RouteRefused as refused:  # its last key failed, and its route does not fit
         await _refuse_route(rt, call, send, refused, call.error_class)
@@ -326,7 +327,7 @@ async def _refuse_route(rt: Runtime, call: ProxiedCall, send: ASGISend,
 async def _attempt(
     rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, body: bytes,
     headers: dict[str, str], injected: bool, client: ClientWatch, send: ASGISend,
-) -> bool:
+) -> Next:
     """Send the request with the call's key; False when it failed over to another key."""
     assert call.lease is not None
     out_headers = forwarded_headers(headers, adapter.auth_headers(call.lease.secret))
@@ -337,7 +338,7 @@ async def _attempt(
     except ClientGone:
         await complete(rt, call, call.outcome(
             "client_disconnected", error="the client left before the upstream answered"))
-        return True
+        return Next.DONE
     except (TimeoutError, aiohttp.ClientError) as exc:
         return await _no_answer(rt, call, adapter, send, exc)
     if response.status < 400:
@@ -358,17 +359,17 @@ async def _attempt(
                     await complete(rt, call, call.outcome(
                         "client_disconnected", status=200,
                         error="the client left before the stream's first event"))
-                    return True
+                    return Next.DONE
                 except (aiohttp.ClientError, TimeoutError) as exc:
                     return await _broken_start(rt, call, send, exc)
                 error = adapter.stream_error(head)
-                if error is not None and await fail_over(rt, call, response, error, adapter,
-                                                         streamed=True):
+                if error is not None and await fail_over(
+                        rt, call, response, error, adapter, streamed=True) is Next.SEND_AGAIN:
                     response.close()
-                    return False
+                    return Next.SEND_AGAIN
             await _relay_stream(rt, call, adapter.stream(injected), response, chunks, head,
                                 client, send)
-            return True
+            return Next.DONE
         early: bytes | None = None
         too_large = False
         if response.status >= 400:
@@ -386,28 +387,28 @@ async def _attempt(
                 await complete(rt, call, call.outcome(
                     "client_disconnected", status=response.status,
                     error="the client left before the answer was read"))
-                return True
+                return Next.DONE
             except (aiohttp.ClientError, TimeoutError) as exc:
                 # Its status and headers came whole: they are judged without the body.
                 broke = exc
             if too_large:
                 response.close()  # the rest stays unread
             early = read
-            if await fail_over(rt, call, response, read, adapter):
-                return False
+            if await fail_over(rt, call, response, read, adapter) is Next.SEND_AGAIN:
+                return Next.SEND_AGAIN
             if broke is not None:
                 await _fail(rt, call, send, "truncated", 502,
                             f"the upstream's {response.status} answer broke off "
                             f"({type(broke).__name__})", status=response.status)
-                return True
+                return Next.DONE
         await _relay_plain(rt, call, adapter, response, client, send, early, too_large)
-        return True
+        return Next.DONE
     finally:
         response.release()
 
 
 async def _no_answer(rt: Runtime, call: ProxiedCall, adapter: ChatCompletions,
-                     send: ASGISend, exc: Exception) -> bool:
+                     send: ASGISend, exc: Exception) -> Next:
     """No answer came: retried (bounded), then the fallback route or the reason (True).
 
     The reason names the provider, what happened and where, as
@@ -418,8 +419,8 @@ async def _no_answer(rt: Runtime, call: ProxiedCall, adapter: ChatCompletions,
     serves at once. False: the call was sent again (a retry, or its fallback route).
     """
     failure = transport_failure(exc, call.provider)
-    if await retry_transport(rt, call, failure.transport):
-        return False
+    if await retry_transport(rt, call, failure.transport) is Next.SEND_AGAIN:
+        return Next.SEND_AGAIN
     name, tries = call.provider.name, call.retries + 1
     cause = default_redactor.redact(failure.cause)
     times = "once" if tries == 1 else f"{tries} times"
@@ -429,29 +430,29 @@ async def _no_answer(rt: Runtime, call: ProxiedCall, adapter: ChatCompletions,
         await _fail(rt, call, send, "timeout", 504,
                     f"provider {name} timed out: {cause} (tried {times})",
                     error_code="provider_timeout")
-        return True
+        return Next.DONE
     if call.error_class == "unreachable":
-        if await route_around(rt, call, adapter):
-            return False
+        if await route_around(rt, call, adapter) is Next.SEND_AGAIN:
+            return Next.SEND_AGAIN
         await _fail(rt, call, send, "unreachable", 502,
                     f"provider {name} unreachable: {cause} (tried {times}; nothing reached "
                     "it)", error_code="provider_unreachable", retry_after=1)
-        return True
+        return Next.DONE
     await _fail(rt, call, send, "unreachable", 502,
                 f"provider {name} did not answer: {cause} (tried {times})",
                 error_code="upstream_error")
-    return True
+    return Next.DONE
 
 
 async def _broken_start(rt: Runtime, call: ProxiedCall, send: ASGISend,
-                        exc: Exception) -> bool:
+                        exc: Exception) -> Next:
     """A stream broke before its first event: nothing was relayed, so it may be retried."""
     failure = transport_failure(exc, call.provider)
-    if await retry_transport(rt, call, failure.transport):
-        return False
+    if await retry_transport(rt, call, failure.transport) is Next.SEND_AGAIN:
+        return Next.SEND_AGAIN
     await _fail(rt, call, send, "truncated", 502, "the upstream stream broke off before "
                 f"its first event: {default_redactor.redact(failure.cause)}", status=200)
-    return True
+    return Next.DONE
 
 
 async def _relay_plain(
