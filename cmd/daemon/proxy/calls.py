@@ -25,6 +25,7 @@ import base64
 import enum
 import os
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -53,7 +54,7 @@ from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.errors import Unavailable
 from sessionwarden.events import CallCompleted
 
-__all__ = ["Next", "ProxiedCall", "admit", "complete", "new_call_id", "release_key",
+__all__ = ["CallIdentity", "Next", "ProxiedCall", "admit", "complete", "new_call_id", "release_key",
            "request_lease", "return_lease", "served", "take_lease"]
 
 #: How long a completion keeps trying to reach a (restarting) actor.
@@ -84,10 +85,26 @@ class Next(enum.Enum):
         raise TypeError("compare a Next with `is`, never as a truth value")
 
 
+@dataclass(frozen=True, slots=True)
+class CallIdentity:
+    """Who a call is, fixed when it arrives: nothing on its path may change it."""
+
+    call_id: str
+    session_id: str
+    #: The parent session (``X-Session-Parent``), "" for a root session.
+    parent: str
+    stream: bool
+    #: ``time.perf_counter()`` at arrival: the call's latency counts from here.
+    started: float
+
+
 class ProxiedCall:
     """What the proxy knows about one call while it is in flight.
 
-    A new call notes itself in the access line of the request it serves.
+    Two parts: its :class:`CallIdentity` (immutable: read through the properties below)
+    and the state its attempts change — the route (provider, model, key), the request
+    sent, the failed attempts and retries, and what the last error was. A new call
+    notes itself in the access line of the request it serves.
     """
 
     __slots__ = (
@@ -95,44 +112,32 @@ class ProxiedCall:
         "attempts",
         "body",
         "bounded",
-        "call_id",
         "client_request",
         "error_class",
+        "identity",
         "lease",
         "model",
-        "parent",
         "provider",
         "recorded",
         "released",
         "resent",
         "retries",
         "sent_at",
-        "session_id",
-        "started",
-        "stream",
         "tried",
     )
 
     def __init__(self, session_id: str, provider: ProviderConfig, model: str,
                  stream: bool, parent: str = "") -> None:
         """A new call of ``session_id`` (child of ``parent``) to ``provider``'s ``model``."""
-        self.call_id = new_call_id()
-        self.parent = parent
-        self.session_id = session_id
+        self.identity = CallIdentity(new_call_id(), session_id, parent, stream,
+                                     time.perf_counter())
+        # -- the route: a fallback route or a failover changes these
         self.provider = provider
         self.model = model
-        self.stream = stream
         self.lease: Leased | None = None
         #: Whether :attr:`lease` went back to the pool (a failover takes a new one).
         self.released = False
-        self.recorded = False
-        self.started = time.perf_counter()
-        #: When the request last went upstream (a success ends benches set before it).
-        self.sent_at: datetime | None = None
-        #: The keys tried and failed over from, and each failed attempt.
-        self.tried: list[str] = []
-        #: Retries of the same request after an overload, a 5xx or a timeout (at most 2).
-        self.retries = 0
+        # -- the request
         #: The client's request as asked (governed again if the upstream finds it too
         #: long, once: ``resent``) and the body sent upstream now.
         self.client_request: CallRequest | None = None
@@ -140,13 +145,48 @@ class ProxiedCall:
         self.admitted: CallRequest | None = None
         self.resent = False
         self.body = b""
+        # -- the attempts
+        #: When the request last went upstream (a success ends benches set before it).
+        self.sent_at: datetime | None = None
+        #: The keys tried and failed over from, and each failed attempt.
+        self.tried: list[str] = []
         self.attempts: list[CallAttempt] = []
+        #: Retries of the same request after an overload, a 5xx or a timeout (at most 2).
+        self.retries = 0
         #: The class of the last upstream error (``domain.classify.classifier``), "" if none.
         self.error_class = ""
-        #: Its stream was cut at the output bound its reservation holds (cmd/daemon/proxy/relay.py):
-        #: the ledger charges it that reservation at most.
+        # -- the end
+        #: Its stream was cut at the output bound its reservation holds: the ledger
+        #: charges it that reservation at most.
         self.bounded = False
+        #: Its completion was recorded (so it is never recorded twice).
+        self.recorded = False
         note_call(self.call_id, session_id, provider.name, model)
+
+    @property
+    def call_id(self) -> str:
+        """The call's id (``x-sessionwarden-call-id``)."""
+        return self.identity.call_id
+
+    @property
+    def session_id(self) -> str:
+        """The session the call belongs to."""
+        return self.identity.session_id
+
+    @property
+    def parent(self) -> str:
+        """The parent session, "" for a root session."""
+        return self.identity.parent
+
+    @property
+    def stream(self) -> bool:
+        """Whether the client asked for a stream."""
+        return self.identity.stream
+
+    @property
+    def started(self) -> float:
+        """``time.perf_counter()`` when the call arrived."""
+        return self.identity.started
 
     def outcome(self, outcome: str, **facts: Any) -> CallOutcome:
         """The call's outcome with ``facts`` (status, usage, …) and its latency so far."""
