@@ -3,8 +3,9 @@
 Docstrings and the Markdown files (README.md, ARCHITECTURE.md, every page of docs/) quote
 command lines in backticks (``replay --verify``); every ``--option`` of such a quote must
 be an option of that command, so the docs never send a user to a flag that is not there.
-Every relative link of README.md and docs/ reaches a file (and a heading of it, when it
-names one), and every page of docs/ is linked from the README. And the daemon does not
+Every relative link of those files reaches a file (and a heading of it, when it names
+one); every user page of docs/ is linked from the README, and every page of
+docs/architecture/ from ARCHITECTURE.md (which the README links). And the daemon does not
 advertise a control API it does not have yet.
 """
 
@@ -28,15 +29,18 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
     return dict(actions[0].choices)
 
 
+ARCHITECTURE = ROOT / "docs" / "architecture"
+
+
 def _pages() -> list[Path]:
-    """The user documentation: the README and every Markdown page under docs/."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """The documentation: the README, ARCHITECTURE.md and every Markdown page under docs/."""
+    return [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _documents() -> list[Path]:
     skip = {".venv", "build", "tests", "bench"}
     sources = [p for p in ROOT.rglob("*.py") if not skip & set(p.relative_to(ROOT).parts)]
-    return [*_pages(), ROOT / "ARCHITECTURE.md", *sorted(sources)]
+    return [*_pages(), *sorted(sources)]
 
 
 def quoted_command_lines() -> list[tuple[str, str, list[str]]]:
@@ -131,10 +135,24 @@ def test_every_relative_link_of_the_docs_reaches_a_file_and_its_heading() -> Non
     assert broken == []
 
 
-def test_every_page_of_the_docs_is_linked_from_the_readme() -> None:
-    readme = (ROOT / "README.md").read_text()
-    linked = {(ROOT / m.partition("#")[0]).resolve() for m in _LINK.findall(readme)}
-    pages = sorted((ROOT / "docs").rglob("*.md"))
+def _linked_from(page: Path) -> set[Path]:
+    """The files ``page`` links to (relative links, anchors dropped)."""
+    return {(page.parent / m.partition("#")[0]).resolve()
+            for m in _LINK.findall(_prose(page.read_text()))
+            if not re.match(r"[a-z][a-z0-9+.-]*:", m)}
+
+
+def test_every_user_page_of_the_docs_is_linked_from_the_readme() -> None:
+    linked = _linked_from(ROOT / "README.md")
+    pages = [p for p in sorted((ROOT / "docs").rglob("*.md")) if ARCHITECTURE not in p.parents]
+    assert pages
+    assert [str(p.relative_to(ROOT)) for p in pages if p.resolve() not in linked] == []
+    assert (ROOT / "ARCHITECTURE.md").resolve() in linked
+
+
+def test_every_architecture_page_is_linked_from_architecture_md() -> None:
+    linked = _linked_from(ROOT / "ARCHITECTURE.md")
+    pages = sorted(ARCHITECTURE.rglob("*.md"))
     assert pages
     assert [str(p.relative_to(ROOT)) for p in pages if p.resolve() not in linked] == []
 
