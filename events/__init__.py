@@ -1,7 +1,7 @@
 """Typed events: the tagged union of every fact sessionwarden records, and their codec.
 
 ``CODEC`` knows every current event class and every upcaster; stores and projections
-decode with it. To add an event type, see "How to add an event type" in ARCHITECTURE.md.
+decode with it. To add an event type, see "How to add an event type" in docs/architecture/events.md.
 
 ``WITHDRAWN_TAGS`` are tags of the pre-release event schema that have no successor
 (their facts now live in ``session.call_completed.v1``). Only logs of store schema 2 hold

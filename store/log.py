@@ -63,7 +63,7 @@ class EventLog:
         ``autocheckpoint=False`` leaves WAL checkpoints entirely to the caller. Only
         do that with a plan for restarting the WAL: checkpoints from another connection
         rarely complete between two commits, and a WAL that never restarts grows, which
-        makes every commit's fsync dearer (see ARCHITECTURE.md, Checkpoints).
+        makes every commit's fsync dearer (see docs/architecture/store.md, Checkpoints).
 
         Raises:
             StoreUnavailable: the file cannot be opened (or is missing when read-only).

@@ -1,6 +1,6 @@
 """Imports point one way: a lower layer never imports a higher one, and nothing is a cycle.
 
-The layers, lowest first (ARCHITECTURE.md, "Layers")::
+The layers, lowest first (docs/architecture/layers.md, "The import rules")::
 
     errors, redact, clock, text    the root: import nothing of ours but ``errors``
     events                         the facts

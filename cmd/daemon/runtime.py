@@ -123,7 +123,7 @@ class Runtime:
         self.clock = clock or SystemClock()
         # SQLite's own checkpoints stay on: they run between two commits, when the WAL is
         # fully backfilled, so the next commit restarts the WAL and overwrites blocks the
-        # file already has (bench figures in ARCHITECTURE.md, Checkpoints).
+        # file already has (bench figures in docs/architecture/store.md, Checkpoints).
         # Events are stamped by the clock decisions are taken by: a view that compares a
         # recorded time with "now" (a cooling key's return) must see one timeline.
         self.log = EventLog(db_path, projections=default_projections(), clock=self.clock.now)

@@ -14,8 +14,8 @@ the session's state and the request. Each stage is a function
 
 The verdict is :class:`Admitted` or :class:`Refused`, carrying every stage's events;
 :func:`verdict_events` adds the events that record it (SessionStarted for a new session,
-then CallAdmitted or CallRefused). How to add a stage: ARCHITECTURE.md, "The admission
-pipeline".
+then CallAdmitted or CallRefused). How to add a stage: docs/architecture/admission.md,
+"How to add a stage".
 """
 
 from collections.abc import Callable, Sequence
