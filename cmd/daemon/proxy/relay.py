@@ -44,7 +44,7 @@ from loguru import logger
 from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.credentials import NextReturn
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import AdmissionRefused, RecordRefusal
+from sessionwarden.actors.messages import AdmissionRefused, Leased, RecordRefusal
 from sessionwarden.cmd.daemon.access import note_call
 from sessionwarden.cmd.daemon.http import ASGIReceive, ASGISend, send_error, sse_error
 from sessionwarden.cmd.daemon.proxy.calls import (
@@ -142,17 +142,53 @@ async def _record_unrouted(rt: Runtime, session_id: str, shape: RequestShape,
 async def chat_completions(
     rt: Runtime, headers: dict[str, str], body: bytes, receive: ASGIReceive, send: ASGISend
 ) -> None:
-    """Serve one chat-completions request (the body has been read and size-checked)."""
+    """Serve one chat-completions request (the body has been read and size-checked).
+
+    In four steps, each of which may answer the client itself and end the call: read and
+    route the request (:func:`_arrive`), admit it (:func:`_admit`), hold a key or the
+    model's fallback route (:func:`_hold_key`), then send and relay (:func:`_forward`).
+    """
+    arrived = await _arrive(rt, headers, body, send)
+    if arrived is None:
+        return
+    call, adapter, injected = arrived
+    # The key is asked for while admission runs: neither waits for the other.
+    leasing = request_lease(rt, call)
+    admitted = await _admit(rt, call, leasing, send)
+    if admitted is None:
+        return
+    held = await _hold_key(rt, call, leasing, admitted, adapter, injected, send)
+    if held is None:
+        return
+    adapter, injected = held
+    assert call.lease is not None
+    upstream_body = adapter.upstream_body(admitted.body.fields_bytes, admitted.body.items)
+    try:
+        await _forward(rt, call, adapter, upstream_body, headers, injected, receive, send)
+    except asyncio.CancelledError:
+        # Cancelled before the relay could record (shutdown past its grace period).
+        await asyncio.shield(complete(rt, call, call.outcome(
+            "cancelled", error="cancelled at shutdown")))
+        raise
+
+
+async def _arrive(rt: Runtime, headers: dict[str, str], body: bytes, send: ASGISend,
+                  ) -> tuple[ProxiedCall, ChatCompletions, bool] | None:
+    """Read the request, name its session and route it (None: the client is answered).
+
+    Returns the call, its adapter, and whether the usage chunk was asked for on the
+    client's behalf.
+    """
     encoding = headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("identity", ""):
         await send_error(send, 415, f"Content-Encoding {_short(encoding, 40)!r} is not "
                          "supported: send the body uncompressed", code="unsupported_encoding")
-        return
+        return None
     try:
         payload, shape = _CLIENT_WIRE.read_request(body)
     except MalformedRequest as exc:
         await send_error(send, 400, str(exc), code=exc.code or None)
-        return
+        return None
     # Without the header, the session is the conversation's own (domain.context.conversation).
     given = headers.get("x-session-id")  # an empty one is refused below, not derived
     session_id = derived_session_id(payload) if given is None else given
@@ -160,13 +196,13 @@ async def chat_completions(
         await send_error(
             send, 400, "X-Session-Id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -"
         )
-        return
+        return None
     parent = headers.get("x-session-parent", "")
     if parent and not _SESSION_ID.fullmatch(parent):
         await send_error(
             send, 400, "X-Session-Parent must be 1-128 characters of A-Z a-z 0-9 . _ : @ -"
         )
-        return
+        return None
     try:
         provider, upstream_model = rt.route(shape.model)
     except UnknownModel as exc:
@@ -174,31 +210,35 @@ async def chat_completions(
         await send_error(send, 404, str(exc), code="model_not_found",
                          headers=[(b"x-sessionwarden-call-id", call_id.encode()),
                                   (SESSION_HEADER, session_id.encode())] if call_id else ())
-        return
+        return None
     adapter = adapter_for(provider.api_mode)
     if adapter is None:
         await send_error(send, 501, f"provider {provider.name!r} uses api_mode "
                          f"{provider.api_mode!r}, which the proxy cannot translate yet")
-        return
+        return None
     # What is recorded at admission is what is sent: the fields as upstream gets them.
     payload.fields_bytes, injected = adapter.upstream_fields(
         payload.fields, upstream_model, shape.stream)
     call = ProxiedCall(session_id, provider, upstream_model, shape.stream, parent)
-    call_request = CallRequest(
+    call.client_request = CallRequest(  # governed again if the upstream finds it too long
         call_id=call.call_id, session_id=session_id, provider=provider.name,
         model=upstream_model, api_mode=provider.api_mode, shape=shape, body=payload,
         client=headers.get("user-agent", "")[:200], parent_session=parent,
     )
-    call.client_request = call_request  # governed again if the upstream finds it too long
-    # The key is asked for while admission runs: neither waits for the other.
-    leasing = request_lease(rt, call)
+    return call, adapter, injected
+
+
+async def _admit(rt: Runtime, call: ProxiedCall, leasing: "asyncio.Future[Leased] | None",
+                 send: ASGISend) -> CallRequest | None:
+    """The call's request as admitted, or None once the client has its refusal."""
+    assert call.client_request is not None
     try:
-        verdict = await admit(rt, call_request)
+        verdict = await admit(rt, call.client_request)
     except Unavailable as exc:
         return_lease(rt, call, leasing)
         # A shard restarting after a failed append says why it failed (a full disk,
         # say), which is what the client can act on; "not running" is not.
-        reason = (rt.why_session_down(session_id) if isinstance(exc, ActorUnavailable)
+        reason = (rt.why_session_down(call.session_id) if isinstance(exc, ActorUnavailable)
                   else None) or str(exc)
         logger.warning("call {}: not admitted: {}", call.call_id, reason)
         # The call id still goes out: the daemon's log line above names it.
@@ -206,7 +246,7 @@ async def chat_completions(
                          f"({_short(reason, 160)}); nothing was sent upstream",
                          kind="server_error", code="unavailable",
                          headers=[(b"retry-after", b"1"), *_ids(call)])
-        return
+        return None
     if isinstance(verdict, AdmissionRefused):
         return_lease(rt, call, leasing)
         wait_s = verdict.retry_after_s
@@ -215,37 +255,39 @@ async def chat_completions(
             refused.append((b"retry-after", str(wait_s).encode()))
         await send_error(send, verdict.status, verdict.message, kind=verdict.kind,
                          code=verdict.code or None, headers=refused)
-        return
-    sent = verdict.request.body
+        return None
     call.admitted = verdict.request
+    return verdict.request
+
+
+async def _hold_key(rt: Runtime, call: ProxiedCall, leasing: "asyncio.Future[Leased] | None",
+                    admitted: CallRequest, adapter: ChatCompletions, injected: bool,
+                    send: ASGISend) -> tuple[ChatCompletions, bool] | None:
+    """Hold the call's key, or its model's fallback route when every key rests.
+
+    Returns the adapter and usage-chunk flag to send with; None once the client has its
+    answer.
+    """
     try:
         await take_lease(call, leasing)
     except KeysBenched as exc:
         try:
-            routed = await reroute(rt, call, verdict.request, exc.reason)
+            routed = await reroute(rt, call, admitted, exc.reason)
         except RouteRefused as refused:
             await _refuse_route(rt, call, send, refused, str(exc))
-            return
+            return None
         if routed is None:
             await complete(rt, call, call.outcome("no_credential", error=str(exc)))
             await _benched(send, exc, call)
-            return
+            return None
         adapter, fields, injected = routed
-        sent.fields_bytes = fields
+        admitted.body.fields_bytes = fields
     except (NoCredential, ActorUnavailable) as exc:
         await complete(rt, call, call.outcome("no_credential", error=str(exc)))
         await send_error(send, 503, str(exc), kind="server_error", code="no_credential",
                          headers=_ids(call))
-        return
-    assert call.lease is not None
-    upstream_body = adapter.upstream_body(sent.fields_bytes, sent.items)
-    try:
-        await _forward(rt, call, adapter, upstream_body, headers, injected, receive, send)
-    except asyncio.CancelledError:
-        # Cancelled before the relay could record (shutdown past its grace period).
-        await asyncio.shield(complete(rt, call, call.outcome(
-            "cancelled", error="cancelled at shutdown")))
-        raise
+        return None
+    return adapter, injected
 
 
 def _call_header(call: ProxiedCall) -> tuple[bytes, bytes]:
