@@ -2,8 +2,8 @@
 
 The domain layer never reads the wall clock itself, so its decisions are deterministic and
 replayable: actors pass ``clock.now()`` (or ``clock.monotonic()`` for durations) into it.
-The daemon uses :class:`SystemClock`; tests use :class:`FakeClock`, which only moves when
-told to.
+The daemon uses :class:`SystemClock`; tests use their own clock that only moves when told
+to (``tests/support/clock.py``).
 
 ``SESSIONWARDEN_CLOCK_OFFSET`` (``400d``, ``-2h``, ``90s``) shifts every :class:`SystemClock`
 of a process, and of the processes it starts, by that much: the wall clock a year ahead
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-__all__ = ["OFFSET_ENV", "Clock", "FakeClock", "SystemClock", "clock_offset"]
+__all__ = ["OFFSET_ENV", "Clock", "SystemClock", "clock_offset"]
 
 #: The environment variable that shifts the wall clock of a process (see above).
 OFFSET_ENV = "SESSIONWARDEN_CLOCK_OFFSET"
@@ -78,44 +78,3 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         """``asyncio.sleep(seconds)``."""
         await asyncio.sleep(seconds)
-
-
-class FakeClock:
-    """A clock that stands still until :meth:`advance` or :meth:`set` moves it."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        """Start at ``start`` (UTC; default 2026-01-01T00:00:00Z)."""
-        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
-        if self._now.tzinfo is None:
-            raise ValueError("FakeClock needs a timezone-aware start")
-        self._mono = 1000.0
-
-    def now(self) -> datetime:
-        """The fake wall clock."""
-        return self._now
-
-    def monotonic(self) -> float:
-        """The fake monotonic clock (moves with :meth:`advance`)."""
-        return self._mono
-
-    async def sleep(self, seconds: float) -> None:
-        """Move the clock by ``seconds`` at once, then yield to the event loop.
-
-        A wait the policy decides (a retry's backoff) passes in no real time, as the
-        clock says it did: tests of retries cost nothing and see the time it took.
-        """
-        self.advance(seconds)
-        await asyncio.sleep(0)
-
-    def advance(self, seconds: float) -> None:
-        """Move both clocks forward by ``seconds`` (never backwards)."""
-        if seconds < 0:
-            raise ValueError("a clock never goes back")
-        self._now += timedelta(seconds=seconds)
-        self._mono += seconds
-
-    def set(self, moment: datetime) -> None:
-        """Move the wall clock to ``moment`` (it may jump either way, as wall clocks do)."""
-        if moment.tzinfo is None:
-            raise ValueError("FakeClock needs timezone-aware times")
-        self._now = moment

@@ -3,7 +3,9 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sessionwarden.clock import OFFSET_ENV, FakeClock, SystemClock, clock_offset
+from sessionwarden.clock import OFFSET_ENV, SystemClock, clock_offset
+
+from tests.support.clock import FakeClock
 
 
 def test_system_clock_is_aware_utc_and_monotonic() -> None:

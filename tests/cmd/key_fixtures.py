@@ -12,11 +12,11 @@ from typing import Any
 
 import openai
 import pytest
-from sessionwarden.clock import FakeClock
 from sessionwarden.config import parse_config
 
 from tests.cmd.daemon_fixtures import MODEL, config_text
 from tests.cmd.inprocess import InProcessDaemon
+from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer
 
 HI = [{"role": "user", "content": "hi"}]

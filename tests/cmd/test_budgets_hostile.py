@@ -20,7 +20,6 @@ import msgspec
 import openai
 import pytest
 from sessionwarden.actors.messages import Settle
-from sessionwarden.clock import FakeClock
 from sessionwarden.store import EventLog
 from sessionwarden.views.budget_status import read_budget
 from sessionwarden.views.budgets import BUDGET_COST
@@ -29,6 +28,7 @@ from tests.cmd import test_budgets_e2e
 from tests.cmd.daemon_fixtures import MODEL
 from tests.cmd.inprocess import InProcessDaemon
 from tests.cmd.test_budgets_e2e import PRICED, call, start, usage
+from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer
 
 #: The spend-cap tests' daemon: priced models, a $0.015 session cap (stopped after each).

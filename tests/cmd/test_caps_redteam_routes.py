@@ -24,13 +24,13 @@ from typing import Any
 
 import httpx
 import pytest
-from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.cli.main import main
 from sessionwarden.events import CODEC, CallCompleted, CallResent
 
 from tests.cmd.inprocess import InProcessDaemon
 from tests.cmd.key_fixtures import GENUINE
 from tests.cmd.test_unreachable_provider import closed_port
+from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer
 
 PRICE = 'price = { input = "2.00", output = "8.00" }'

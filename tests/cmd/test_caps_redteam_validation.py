@@ -19,12 +19,12 @@ from typing import Any
 
 import httpx
 import pytest
-from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.cli.main import main
 from sessionwarden.domain.cost.lineage import MAX_ANCESTRY
 from sessionwarden.events import CODEC, CallRefused, SessionStarted
 
 from tests.cmd.inprocess import InProcessDaemon
+from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer
 
 MODEL = """

@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.cli.main import main
 from sessionwarden.domain.context.spill import TRUNCATION_MARKER
 from sessionwarden.events import (
@@ -28,6 +27,7 @@ from sessionwarden.events import (
 
 from tests.cmd.daemon_fixtures import MODEL
 from tests.cmd.inprocess import InProcessDaemon
+from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer, RecordedRequest
 
 

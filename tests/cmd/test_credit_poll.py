@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 from loguru import logger
-from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.daemon import credit_poll
 from sessionwarden.config import parse_config
 
 from tests.cmd.daemon_fixtures import MODEL
 from tests.cmd.inprocess import InProcessDaemon
+from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer
 
 CONFIG = """

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from loguru import logger
-from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.cli.main import main
 from sessionwarden.domain.cost.price_listing import (
     MAX_RECORDED_BYTES,
@@ -29,6 +28,7 @@ from sessionwarden.domain.cost.price_listing import (
 from sessionwarden.events import CODEC, CallCompleted, PriceListingPublished
 
 from tests.cmd.inprocess import InProcessDaemon
+from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer
 
 STREAM = "prices-listed"

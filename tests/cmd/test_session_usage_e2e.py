@@ -18,13 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
-from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.cli.main import main
 from sessionwarden.events import CODEC, CallCompleted, ContextCompressed
 from sessionwarden.views.session_status import ROUNDED_NOTE
 
 from tests.cmd.inprocess import InProcessDaemon
 from tests.cmd.test_context_e2e import agent_session
+from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer
 
 CONFIG = """

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from loguru import logger
-from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.daemon.summarise import summarise
 from sessionwarden.domain.context.summariser import MODEL_HEADER, SummaryWork
 from sessionwarden.domain.session import session_stream
@@ -30,6 +29,7 @@ from sessionwarden.events import (
 
 from tests.cmd.inprocess import InProcessDaemon
 from tests.cmd.test_context_e2e import SMALL, agent_session, check_forwarded, upstream
+from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer
 
 SUMMARY = "## Goal\n- fix the failing test suite"

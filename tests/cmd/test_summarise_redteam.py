@@ -25,7 +25,6 @@ from typing import Any
 
 import httpx
 import pytest
-from sessionwarden.clock import FakeClock
 from sessionwarden.cmd.cli.main import main
 from sessionwarden.domain.context.summariser import answer_max_bytes
 from sessionwarden.domain.session import session_stream
@@ -39,6 +38,7 @@ from sessionwarden.events import (
 
 from tests.cmd.inprocess import InProcessDaemon
 from tests.cmd.test_context_e2e import agent_session, check_forwarded, upstream
+from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer
 
 SUMMARY = "## Goal\n- fix the failing test suite"
