@@ -25,7 +25,7 @@ The proxy tells :class:`Settle` once the completion is durable (the reservation 
 the real cost, at most the reservation for a stream cut at its output bound; a side
 call is charged against what the summariser reserved for it with :class:`ReserveRoute`
 before sending, or charged as it is when no cap applied then) and
-:class:`ReleaseBudget` when a reserved call is not sent after all. A call going to its
+:class:`ReleaseReservation` when a reserved call is not sent after all. A call going to its
 model's fallback route asks :class:`ReserveRoute` first: the route's worst case
 replaces its reservation, or the route is refused. A lost message leaves money reserved
 until the next start (conservative: a cap never overshoots because a message went
@@ -48,7 +48,7 @@ from sessionwarden.actors.messages import (
     Admit,
     BudgetOf,
     HasCaps,
-    ReleaseBudget,
+    ReleaseReservation,
     ReserveRoute,
     SetSessionCap,
     Settle,
@@ -183,7 +183,7 @@ class UsageLedgerActor(GovernedActor):
         return spend, overrides
 
     def handle(self, message: object, reply: Reply) -> object:
-        """Admit (reserve, then on to the session), Settle, ReleaseBudget, caps and figures."""
+        """Admit (reserve, then on to the session), Settle, ReleaseReservation, caps and figures."""
         if isinstance(message, Admit):
             request = self._judge(message.request)
             tell(self._session_ref(request.session_id), Call(Admit(request), reply))
@@ -193,7 +193,7 @@ class UsageLedgerActor(GovernedActor):
             return None
         if isinstance(message, ReserveRoute):
             return self._reserve_route(message)
-        if isinstance(message, ReleaseBudget):
+        if isinstance(message, ReleaseReservation):
             held = self._spend.open.get(message.call_id)
             if held is not None:
                 self._spend = release(self._spend, held)

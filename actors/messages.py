@@ -33,7 +33,7 @@ __all__ = [
     "NeedsWork",
     "RecordRefusal",
     "Release",
-    "ReleaseBudget",
+    "ReleaseReservation",
     "RequestCompaction",
     "Reroute",
     "Resend",
@@ -259,7 +259,7 @@ class HasCaps(msgspec.Struct, frozen=True):
     """Ask the UsageLedgerActor whether any session has a cap set through the control API."""
 
 
-class ReleaseBudget(msgspec.Struct, frozen=True):
+class ReleaseReservation(msgspec.Struct, frozen=True):
     """Tell the UsageLedgerActor that ``call_id`` will not be sent: free its reservation."""
 
     call_id: str

@@ -49,7 +49,7 @@ from typing import Any
 
 import msgspec
 from sessionwarden.config import CompressionConfig, ToolsConfig
-from sessionwarden.domain.context.compaction import (
+from sessionwarden.domain.context.compression import (
     Compaction,
     Prepared,
     builtin,
@@ -362,7 +362,7 @@ def cold_pass(item: Input, limits: Limits, compression: CompressionConfig, thres
     """What the context stage runs on a first call carrying ``item``, each step timed.
 
     The spill (``plan_spills`` over every new message, its stand-ins put in place:
-    ``apply_spills``), then the compression as ``domain.admission.compaction_stage`` runs it:
+    ``apply_spills``), then the compression as ``domain.admission.compression_stage`` runs it:
     ``compaction.prepare`` (the cut, twice when the tail is over its ceiling, and
     phase 1 on the head) and ``compaction.finish`` around the fixed summary text
     (assembly, the new items written, the new governed history).

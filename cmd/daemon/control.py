@@ -148,7 +148,7 @@ async def _status(rt: Runtime, session_id: str, send: ASGISend) -> None:
     if status is None:
         await send_error(send, 404, f"no session {session_id!r}", code="session_not_found")
         return
-    if rt.budgets_active:  # the ledger's live figures count calls in flight too
+    if rt.caps_active:  # the ledger's live figures count calls in flight too
         try:
             live = await ask(rt.ledger, BudgetOf(session_id))
             status = msgspec.structs.replace(status, budget=live)
@@ -242,7 +242,7 @@ async def _cap(receive: ASGIReceive, send: ASGISend) -> tuple[Decimal | None] | 
 async def _budget(rt: Runtime, session_id: str, method: str, receive: ASGIReceive,
                   send: ASGISend) -> None:
     message: BudgetOf | SetSessionCap = BudgetOf(session_id)
-    if method == "GET" and not rt.budgets_active:
+    if method == "GET" and not rt.caps_active:
         # No cap applies, so calls do not pass the ledger: the log has the figures.
         try:
             found = await asyncio.to_thread(read_budget, rt.log, rt.config, session_id)

@@ -243,7 +243,7 @@ class Runtime:
         return len(rows)
 
     @property
-    def budgets_active(self) -> bool:
+    def caps_active(self) -> bool:
         """Whether admission must pass the UsageLedgerActor (a cap may apply to a call)."""
         return self.config.has_caps or self.caps_set
 

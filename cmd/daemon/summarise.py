@@ -15,7 +15,7 @@ the call is completed with its status and usage, whatever happens, so its tokens
 metered and its key's outcome counts. What is sent is redacted first (the prompt quotes
 tool output, which may hold a key); so is the answer.
 
-While a spend cap may apply (``Runtime.budgets_active``) the side call costs money like
+While a spend cap may apply (``Runtime.caps_active``) the side call costs money like
 any other, so before it is admitted its worst case — the prompt's estimate and its
 output bound at the summary model's price — is held against the session's scopes
 (its session and ancestors, its provider's day, the day) through the ledger's
@@ -54,7 +54,7 @@ import msgspec
 from loguru import logger
 from sessionwarden.actors.bridge import ask, tell
 from sessionwarden.actors.errors import ActorUnavailable
-from sessionwarden.actors.messages import AdmissionRefused, ReleaseBudget, ReserveRoute
+from sessionwarden.actors.messages import AdmissionRefused, ReleaseReservation, ReserveRoute
 from sessionwarden.cmd.daemon.proxy.calls import (
     ProxiedCall,
     admit,
@@ -187,7 +187,7 @@ async def _attempt(rt: Runtime, work: SummaryWork, provider_name: str, model: st
         return _Attempt(failure=f"api_mode {provider.api_mode} unsupported",
                         unusable="provider")
     system, prompt = await asyncio.to_thread(_redacted, work)
-    capped = rt.budgets_active
+    capped = rt.caps_active
     entry = rt.config.model_for(provider.name, model)
     bound = output_bound(work.max_output_tokens or None,
                          entry.max_output_tokens if entry is not None else None)
@@ -259,7 +259,7 @@ async def _reserve(rt: Runtime, side: CallRequest, bound: int) -> str:
 
 def _release(rt: Runtime, call_id: str) -> None:
     try:
-        tell(rt.ledger, ReleaseBudget(call_id))
+        tell(rt.ledger, ReleaseReservation(call_id))
     except Exception:
         pass  # a restarted ledger rebuilt its spend from the log: nothing is held
 

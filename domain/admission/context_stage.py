@@ -16,7 +16,7 @@ GovernedHistory`. For each call, in order:
    trigger, or when the control API asked: phases 1, 2 and 4 (``domain.context.prune``,
    ``domain.context.boundaries``) around a summary of the middle
    (``domain.context.summary``'s builtin summariser, or a model's through
-   :mod:`sessionwarden.domain.context.compaction`).
+   :mod:`sessionwarden.domain.context.compression`).
 4. **Record**: a :class:`~sessionwarden.events.RequestRecord` (CallAdmitted's
    ``request``) names by content key what is sent (the new contents go to the store in
    the same append), and the request goes on with the governed items and the estimate
@@ -33,10 +33,10 @@ from typing import NamedTuple
 
 import msgspec
 from sessionwarden.config import Config
-from sessionwarden.domain.admission.compaction_stage import compress_step
+from sessionwarden.domain.admission.compression_stage import compress_step
 from sessionwarden.domain.admission.pipeline import Need, Proceed, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
-from sessionwarden.domain.context.compaction import tokens_of
+from sessionwarden.domain.context.compression import tokens_of
 from sessionwarden.domain.context.conversation import Conversation, ItemCodec
 from sessionwarden.domain.context.history import (
     ContextUpdate,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple
 
 import msgspec
-from sessionwarden.domain.context.compaction import tokens_of
+from sessionwarden.domain.context.compression import tokens_of
 from sessionwarden.domain.context.conversation import ItemCodec
 from sessionwarden.domain.context.history import GovernedHistory, Item, digest
 from sessionwarden.domain.context.messages import Message, Text, ToolCall, ToolResult

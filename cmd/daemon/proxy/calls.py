@@ -42,7 +42,7 @@ from sessionwarden.actors.messages import (
     Leased,
     NeedsWork,
     Release,
-    ReleaseBudget,
+    ReleaseReservation,
     Resume,
     Settle,
 )
@@ -208,7 +208,7 @@ async def admit(rt: Runtime, request: CallRequest) -> AdmissionGranted | Admissi
     session_id, call_id = request.session_id, request.call_id
     reply: object = None
     try:
-        if not rt.budgets_active:  # no cap can apply: the ledger is told at settle
+        if not rt.caps_active:  # no cap can apply: the ledger is told at settle
             reply = await ask(rt.session_ref(session_id), Admit(request))
         else:
             reply = await ask(rt.ledger, Admit(request))
@@ -224,18 +224,18 @@ async def admit(rt: Runtime, request: CallRequest) -> AdmissionGranted | Admissi
                 tell(rt.session_ref(session_id), Abandon(call_id))
             except Exception:
                 pass
-        _release_budget(rt, call_id)
+        _release_reservation(rt, call_id)
         raise
     assert isinstance(reply, AdmissionGranted | AdmissionRefused), reply
     if isinstance(reply, AdmissionRefused):
-        _release_budget(rt, call_id)
+        _release_reservation(rt, call_id)
     return reply
 
 
-def _release_budget(rt: Runtime, call_id: str) -> None:
+def _release_reservation(rt: Runtime, call_id: str) -> None:
     """The call will not be sent: free what the ledger reserved for it (if anything)."""
     try:
-        tell(rt.ledger, ReleaseBudget(call_id))
+        tell(rt.ledger, ReleaseReservation(call_id))
     except Exception:
         pass  # a restarted ledger rebuilt its spend from the log: nothing is held
 
@@ -321,7 +321,7 @@ async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool
                                  timeout=10.0)
             if isinstance(done, CallCompleted):
                 note_completion(done)
-                if rt.budgets_active:  # else the ledger folds the log when a cap is set
+                if rt.caps_active:  # else the ledger folds the log when a cap is set
                     _settle(rt, call, done, outcome)
             return True
         except UnknownCall:
@@ -364,7 +364,7 @@ def _settle(rt: Runtime, call: ProxiedCall, done: CallCompleted, outcome: CallOu
         if done.source == "missing" and (
                 outcome.status >= 400 or call.sent_at is None
                 or outcome.outcome in ("unreachable", "no_credential")):
-            tell(rt.ledger, ReleaseBudget(done.call_id))
+            tell(rt.ledger, ReleaseReservation(done.call_id))
             return
         tell(rt.ledger, Settle(done.call_id, outcome.session_id, outcome.provider,
                                      done.cost if done.cost_status != "unknown" else None,

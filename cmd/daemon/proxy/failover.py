@@ -295,7 +295,7 @@ async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
             pass  # a pool that is down holds no lease: a restarted one starts with none
 
     held: Reservation | None = None
-    if rt.budgets_active:
+    if rt.caps_active:
         try:
             held = await _reserve_route(rt, call, admitted, provider, model, reason)
         except RouteRefused:

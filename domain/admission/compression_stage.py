@@ -4,7 +4,7 @@
 appended to the governed history. It decides on the best token figure
 (``domain.context.trigger``: the trigger, the calibrated estimate, the anti-thrashing
 guard) or on a compaction asked for
-through the control API, then compresses (``domain.context.compaction``):
+through the control API, then compresses (``domain.context.compression``):
 
 - ``summariser = "builtin"``: at once, deterministic;
 - ``summariser = "model"``: the stage needs a summary from a model
@@ -34,7 +34,7 @@ from datetime import datetime
 from sessionwarden.config import Config, UnknownModel, find_model
 from sessionwarden.domain.admission.pipeline import Need, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
-from sessionwarden.domain.context.compaction import Compaction, Prepared, builtin, finish, prepare
+from sessionwarden.domain.context.compression import Compaction, Prepared, builtin, finish, prepare
 from sessionwarden.domain.context.conversation import ItemCodec
 from sessionwarden.domain.context.history import ContextUpdate, GovernedHistory
 from sessionwarden.domain.context.messages import Message

@@ -1,4 +1,4 @@
-"""One compression of a governed history: the phases put together (domain/context/compaction.py)."""
+"""One compression of a governed history: its phases put together (domain.context.compression)."""
 
 from itertools import pairwise
 from typing import Any
@@ -7,7 +7,7 @@ import msgspec
 from hypothesis import given, settings
 from sessionwarden.config import CompressionConfig
 from sessionwarden.domain.context.boundaries import is_actionable_request, is_assistant_text
-from sessionwarden.domain.context.compaction import NOTE, builtin, is_summary, prepare, tokens_of
+from sessionwarden.domain.context.compression import NOTE, builtin, is_summary, prepare, tokens_of
 from sessionwarden.domain.context.history import GovernedHistory, Item, digest
 from sessionwarden.domain.context.messages import (
     Message,
