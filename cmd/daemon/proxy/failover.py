@@ -51,7 +51,7 @@ from sessionwarden.domain.keys.key_states import KeyFailure
 from sessionwarden.domain.keys.ratelimits import RateLimitSnapshot
 from sessionwarden.errors import Unavailable
 from sessionwarden.upstream import adapter_for
-from sessionwarden.upstream.chat_completions import ChatCompletions
+from sessionwarden.upstream.adapter import Adapter
 from sessionwarden.upstream.client import UpstreamResponse
 from sessionwarden.views.projections import read_buckets
 
@@ -78,7 +78,7 @@ class RouteRefused(Exception):
 
 
 async def fail_over(rt: Runtime, call: ProxiedCall, response: UpstreamResponse,
-                    body: bytes, adapter: ChatCompletions, *, streamed: bool = False) -> Next:
+                    body: bytes, adapter: Adapter, *, streamed: bool = False) -> Next:
     """Judge an error answer; on a key's own failure, take the next key (True).
 
     The key is benched first (the pool replies once that is durable), so the next lease
@@ -182,7 +182,7 @@ async def _repeated(rt: Runtime, call: ProxiedCall, answered: int, status: int,
 
 
 async def _resend(rt: Runtime, call: ProxiedCall, found: Classification, status: int,
-                  adapter: ChatCompletions) -> Next:
+                  adapter: Adapter) -> Next:
     """Too long for the upstream: once per call, govern it again, more compressed, resend.
 
     The session's actor compresses the history to a lower target and records what goes
@@ -209,7 +209,7 @@ async def _resend(rt: Runtime, call: ProxiedCall, found: Classification, status:
     return Next.SEND_AGAIN
 
 
-async def route_around(rt: Runtime, call: ProxiedCall, adapter: ChatCompletions) -> Next:
+async def route_around(rt: Runtime, call: ProxiedCall, adapter: Adapter) -> Next:
     """The provider stayed unreachable through the call's retries: its fallback route (True).
 
     A dead host can take no call, as a provider whose keys are all benched cannot; its
@@ -220,7 +220,7 @@ async def route_around(rt: Runtime, call: ProxiedCall, adapter: ChatCompletions)
 
 
 async def _fall_back(rt: Runtime, call: ProxiedCall, error_class: str, status: int,
-                     adapter: ChatCompletions, reason: str) -> Next:
+                     adapter: Adapter, reason: str) -> Next:
     """The last key failed too: send the call to its model's fallback route (True).
 
     As a call that finds every key benched at its start would be; the failed attempts
@@ -251,8 +251,8 @@ async def _fall_back(rt: Runtime, call: ProxiedCall, error_class: str, status: i
 
 
 async def reroute(rt: Runtime, call: ProxiedCall, admitted: CallRequest,
-                  reason: str, wire: ChatCompletions | None = None,
-                  ) -> tuple[ChatCompletions, bytes, bool] | None:
+                  reason: str, wire: Adapter | None = None,
+                  ) -> tuple[Adapter, bytes, bool] | None:
     """Send the call to its model's fallback route while its provider can take none.
 
     ``reason`` says why it can take none (``no_usable_key``, ``overload``,

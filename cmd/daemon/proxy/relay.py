@@ -77,7 +77,8 @@ from sessionwarden.domain.keys.ratelimits import parse_rate_limits, rate_limit_h
 from sessionwarden.errors import Unavailable
 from sessionwarden.redact import default_redactor
 from sessionwarden.upstream import adapter_for
-from sessionwarden.upstream.chat_completions import ChatCompletions, ChatStream
+from sessionwarden.upstream.adapter import Adapter, StreamReader
+from sessionwarden.upstream.chat_completions import ChatCompletions
 from sessionwarden.upstream.client import (
     UpstreamResponse,
     forwarded_headers,
@@ -173,7 +174,7 @@ async def chat_completions(
 
 
 async def _arrive(rt: Runtime, headers: dict[str, str], body: bytes, send: ASGISend,
-                  ) -> tuple[ProxiedCall, ChatCompletions, bool] | None:
+                  ) -> tuple[ProxiedCall, Adapter, bool] | None:
     """Read the request, name its session and route it (None: the client is answered).
 
     Returns the call, its adapter, and whether the usage chunk was asked for on the
@@ -261,8 +262,8 @@ async def _admit(rt: Runtime, call: ProxiedCall, leasing: "asyncio.Future[Leased
 
 
 async def _hold_key(rt: Runtime, call: ProxiedCall, leasing: "asyncio.Future[Leased] | None",
-                    admitted: CallRequest, adapter: ChatCompletions, injected: bool,
-                    send: ASGISend) -> tuple[ChatCompletions, bool] | None:
+                    admitted: CallRequest, adapter: Adapter, injected: bool,
+                    send: ASGISend) -> tuple[Adapter, bool] | None:
     """Hold the call's key, or its model's fallback route when every key rests.
 
     Returns the adapter and usage-chunk flag to send with; None once the client has its
@@ -329,7 +330,7 @@ async def _benched(send: ASGISend, exc: KeysBenched, call: ProxiedCall) -> None:
 
 
 async def _forward(
-    rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, body: bytes,
+    rt: Runtime, call: ProxiedCall, adapter: Adapter, body: bytes,
     headers: dict[str, str], injected: bool, receive: ASGIReceive, send: ASGISend,
 ) -> None:
     client = ClientWatch(receive)
@@ -367,7 +368,7 @@ async def _refuse_route(rt: Runtime, call: ProxiedCall, send: ASGISend,
 
 
 async def _attempt(
-    rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, body: bytes,
+    rt: Runtime, call: ProxiedCall, adapter: Adapter, body: bytes,
     headers: dict[str, str], injected: bool, client: ClientWatch, send: ASGISend,
 ) -> Next:
     """Send the request with the call's key; False when it failed over to another key."""
@@ -449,7 +450,7 @@ async def _attempt(
         response.release()
 
 
-async def _no_answer(rt: Runtime, call: ProxiedCall, adapter: ChatCompletions,
+async def _no_answer(rt: Runtime, call: ProxiedCall, adapter: Adapter,
                      send: ASGISend, exc: Exception) -> Next:
     """No answer came: retried (bounded), then the fallback route or the reason (True).
 
@@ -498,7 +499,7 @@ async def _broken_start(rt: Runtime, call: ProxiedCall, send: ASGISend,
 
 
 async def _relay_plain(
-    rt: Runtime, call: ProxiedCall, adapter: ChatCompletions, response: UpstreamResponse,
+    rt: Runtime, call: ProxiedCall, adapter: Adapter, response: UpstreamResponse,
     client: ClientWatch, send: ASGISend, early: bytes | None = None,
     too_large: bool = False,
 ) -> None:
@@ -567,7 +568,7 @@ async def _relay_plain(
 
 
 async def _relay_stream(
-    rt: Runtime, call: ProxiedCall, reader: ChatStream, response: UpstreamResponse,
+    rt: Runtime, call: ProxiedCall, reader: StreamReader, response: UpstreamResponse,
     chunks: AsyncIterator[bytes], head: bytes, client: ClientWatch, send: ASGISend,
 ) -> None:
     """Relay a stream: ``head`` (its first bytes, read already), then the rest of ``chunks``.

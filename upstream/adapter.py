@@ -1,0 +1,79 @@
+"""What the proxy asks of a wire format: the :class:`Adapter` protocol.
+
+One adapter per ``api_mode`` (``chat_completions.py`` today; Anthropic Messages and
+OpenAI Responses next) reads a client's request into the wire-neutral
+:class:`~sessionwarden.domain.context.conversation.Conversation` and
+:class:`~sessionwarden.domain.calls.RequestShape`, writes the upstream body, and reads
+the answer — whole (:meth:`Adapter.read_response`) or as a stream
+(:class:`StreamReader`). The HTTP layer holds an ``Adapter``, never a concrete format,
+so a new format is a new module and an entry in ``upstream.ADAPTERS``.
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from sessionwarden.domain.calls import RequestShape
+from sessionwarden.domain.context.conversation import Conversation
+from sessionwarden.upstream.chat_completions import ResponseFacts
+
+__all__ = ["Adapter", "StreamReader"]
+
+
+class StreamReader(Protocol):
+    """One streamed answer, fed chunk by chunk: what to relay, and what it said."""
+
+    #: The stream's end marker came.
+    done: bool
+    #: Characters of output text seen so far (the estimate's input, the bound's measure).
+    output_chars: int
+    #: The usage block, once one came (the format's own shape; the domain normalises it).
+    usage_block: object
+    #: An event begun but not finished (dropped, not relayed, when the stream breaks).
+    held: bytes
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Take ``chunk``; the bytes to relay to the client now."""
+        ...
+
+    def rest(self) -> bytes:
+        """The bytes still to relay once the upstream's stream has ended."""
+        ...
+
+
+class Adapter(Protocol):
+    """One wire format, both ways (see the module doc)."""
+
+    #: The upstream path a request is posted to, after the provider's base URL.
+    path: str
+
+    def read_request(self, body: bytes) -> tuple[Conversation, RequestShape]:
+        """A client's request body as a conversation and its shape (model, stream…)."""
+        ...
+
+    def auth_headers(self, secret: str) -> dict[str, str]:
+        """The headers that carry a key upstream."""
+        ...
+
+    def upstream_fields(self, fields: Mapping[str, Any], model: str, stream: bool
+                        ) -> tuple[bytes, bool]:
+        """The request's fields as sent upstream, and whether usage was asked for.
+
+        Usage asked for on the client's behalf is not relayed (its chunk is dropped).
+        """
+        ...
+
+    def upstream_body(self, fields: bytes, items: Sequence[bytes]) -> bytes:
+        """The upstream body: the fields and the conversation's items."""
+        ...
+
+    def read_response(self, body: bytes) -> ResponseFacts:
+        """What a whole answer says: its usage block, its output, an error."""
+        ...
+
+    def stream_error(self, head: bytes) -> bytes | None:
+        """The error event a stream began with, if it began with one."""
+        ...
+
+    def stream(self, injected: bool, max_event_bytes: int = ...) -> StreamReader:
+        """A reader for one streamed answer."""
+        ...
