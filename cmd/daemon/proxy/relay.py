@@ -580,42 +580,106 @@ async def _relay_stream(
     call is recorded with the output counted at the bound — its usage never came, so
     the estimate stands, flagged — and charged no more than it reserved.
     """
-    disconnected = asyncio.Event()
-    broke = ""
-    bound = _reserved_bound(call)
-    cut = False
-    #: Chunks read in which the output grew: no more than the events that carried it.
-    grew = 0
+    relay = _StreamRelay(rt, call, reader, response, send)
+    try:
+        await relay.read(head, chunks, client)
+    except (aiohttp.ClientError, TimeoutError, EventTooLarge) as exc:
+        relay.broke = _short(str(exc) if isinstance(exc, EventTooLarge)
+                             else type(exc).__name__)
+        logger.warning("call {}: upstream stream ended early: {}", call.call_id, relay.broke)
+    except asyncio.CancelledError:
+        # The daemon is shutting down past its grace period: the call still gets its row.
+        relay.disconnected.set()
+        await asyncio.shield(relay.record())
+        raise
+    # Record before the last bytes go out: a client that saw [DONE] has its ledger row.
+    recorded = await asyncio.shield(relay.record())
+    if not relay.disconnected.is_set():
+        await relay.finish(recorded)
 
-    async def forward(data: bytes) -> None:
-        if disconnected.is_set() or not data:
+
+class _StreamRelay:
+    """One stream's relay: what was read, relayed and cut, and how the call ends."""
+
+    def __init__(self, rt: Runtime, call: ProxiedCall, reader: StreamReader,
+                 response: UpstreamResponse, send: ASGISend) -> None:
+        self.rt, self.call, self.reader, self.response, self.send = (
+            rt, call, reader, response, send)
+        self.disconnected = asyncio.Event()
+        #: Why the upstream's stream ended early ("" while it has not).
+        self.broke = ""
+        self.bound = _reserved_bound(call)
+        #: The output went past :attr:`bound`: read no further.
+        self.cut = False
+        #: Chunks read in which the output grew: no more than the events that carried it.
+        self.grew = 0
+
+    async def forward(self, data: bytes) -> None:
+        """Relay ``data`` unless the client is gone."""
+        if self.disconnected.is_set() or not data:
             return
         try:
-            await send({"type": "http.response.body", "more_body": True,
-                        "body": default_redactor.scrub_secrets(data)})
+            await self.send({"type": "http.response.body", "more_body": True,
+                             "body": default_redactor.scrub_secrets(data)})
         except Exception:  # the client went away between our check and the write
-            disconnected.set()
+            self.disconnected.set()
 
-    def outcome() -> str:
-        if disconnected.is_set():
+    def outcome(self) -> str:
+        """The call's outcome as the stream stands."""
+        if self.disconnected.is_set():
             return "client_disconnected"
-        return "ok" if reader.done and not broke and not cut else "truncated"
+        ended = self.reader.done and not self.broke and not self.cut
+        return "ok" if ended else "truncated"
 
-    def fed(chunk: bytes) -> bytes | None:
+    def fed(self, chunk: bytes) -> bytes | None:
         """Feed ``chunk``; what to relay of it, or None: it took the output past the bound."""
-        nonlocal cut, grew
-        before = reader.output_chars
-        data = reader.feed(chunk)
-        if bound is None:
+        before = self.reader.output_chars
+        data = self.reader.feed(chunk)
+        if self.bound is None:
             return data
-        grew += reader.output_chars > before
-        cut = past_bound(bound, reader.output_chars, grew)
-        return None if cut else data
+        self.grew += self.reader.output_chars > before
+        self.cut = past_bound(self.bound, self.reader.output_chars, self.grew)
+        return None if self.cut else data
 
-    async def record() -> bool:
-        usage, chars, error = reader.usage_block, reader.output_chars, broke
-        if cut and bound is not None:
-            call.bounded = True  # the ledger charges it its reservation at most
+    async def read(self, head: bytes, chunks: AsyncIterator[bytes],
+                   client: ClientWatch) -> None:
+        """Relay ``head`` and the chunks; once the client is gone, drain for the usage."""
+        loop = asyncio.get_running_loop()
+        # Once the client is gone, the upstream is drained for its usage for a bounded
+        # time; the bound must hold even when the upstream goes silent, so it is a
+        # deadline on the whole read, armed by the disconnect watcher.
+        async with asyncio.timeout(None) as drain:
+            reading = True
+
+            def left() -> None:
+                self.disconnected.set()
+                if reading:  # the deadline is only ours to move while we are inside it
+                    drain.reschedule(loop.time() + self.rt.config.daemon.drain_timeout_s)
+
+            client.on_gone(left)
+            try:
+                await _start(self.rt, self.send, 200, self.response, self.call, None)
+                data = self.fed(head) if head else b""
+                if data is not None:
+                    await self.forward(data)
+                    async for chunk in chunks:
+                        data = self.fed(chunk)
+                        if data is None:
+                            break
+                        await self.forward(data)
+                        if self.disconnected.is_set() and self.reader.usage_block is not None:
+                            break
+            finally:
+                reading = False
+        if self.cut:
+            self.response.close()  # the rest is never read: the upstream may stop writing
+
+    async def record(self) -> bool:
+        """Record the call's completion (True once durable)."""
+        reader, bound = self.reader, self.bound
+        usage, chars, error = reader.usage_block, reader.output_chars, self.broke
+        if self.cut and bound is not None:
+            self.call.bounded = True  # the ledger charges it its reservation at most
             # A usage block seen before the end is not the end's (the upstream sends
             # the final one last), and what was read past the bound was not relayed:
             # the output is counted at the bound it went past.
@@ -624,72 +688,32 @@ async def _relay_stream(
                      f"call ({reader.output_chars} characters seen): read no further; "
                      "output counted at the bound, charged to the caps at its "
                      "reservation at most")
-        return await complete(rt, call, call.outcome(
-            outcome(), status=200, usage_block=usage, has_output=True, output_chars=chars,
-            rate_limit_headers=rate_limit_headers(response.headers), error=error,
+        return await complete(self.rt, self.call, self.call.outcome(
+            self.outcome(), status=200, usage_block=usage, has_output=True,
+            output_chars=chars, rate_limit_headers=rate_limit_headers(self.response.headers),
+            error=error,
         ))
 
-    loop = asyncio.get_running_loop()
-    try:
-        # Once the client is gone, the upstream is drained for its usage for a bounded
-        # time; the bound must hold even when the upstream goes silent, so it is a
-        # deadline on the whole read, armed by the disconnect watcher.
-        async with asyncio.timeout(None) as drain:
-
-            reading = True
-
-            def left() -> None:
-                disconnected.set()
-                if reading:  # the deadline is only ours to move while we are inside it
-                    drain.reschedule(loop.time() + rt.config.daemon.drain_timeout_s)
-
-            client.on_gone(left)
-            try:
-                await _start(rt, send, 200, response, call, None)
-                data = fed(head) if head else b""
-                if data is not None:
-                    await forward(data)
-                    async for chunk in chunks:
-                        data = fed(chunk)
-                        if data is None:
-                            break
-                        await forward(data)
-                        if disconnected.is_set() and reader.usage_block is not None:
-                            break
-            finally:
-                reading = False
-        if cut:
-            response.close()  # the rest is never read: the upstream may stop writing
-    except (aiohttp.ClientError, TimeoutError, EventTooLarge) as exc:
-        broke = _short(str(exc) if isinstance(exc, EventTooLarge) else type(exc).__name__)
-        logger.warning("call {}: upstream stream ended early: {}", call.call_id, broke)
-    except asyncio.CancelledError:
-        # The daemon is shutting down past its grace period: the call still gets its row.
-        disconnected.set()
-        await asyncio.shield(record())
-        raise
-    # Record before the last bytes go out: a client that saw [DONE] has its ledger row.
-    recorded = await asyncio.shield(record())
-    if disconnected.is_set():
-        return
-    if not recorded:
-        tail = sse_error(_NOT_RECORDED, "server_error", "not_recorded")
-    elif cut:
-        tail = sse_error(f"the upstream wrote past the {bound} output tokens this call "
-                         "reserved under its spend cap; the answer is cut there",
-                         "upstream_error", "output_bound_exceeded")
-    elif outcome() == "truncated":
-        # No [DONE] came: the client must not take a cut-off answer for a whole one. An
-        # unfinished event is dropped: relayed, it would only garble the error after it.
-        tail = reader.held + sse_error("the upstream stream ended before its end",
-                                       "upstream_error", "stream_truncated")
-    else:
-        tail = reader.rest()
-    try:
-        await send({"type": "http.response.body", "more_body": False,
-                    "body": default_redactor.scrub_secrets(tail)})
-    except Exception:
-        pass
+    async def finish(self, recorded: bool) -> None:
+        """The stream's last bytes to a client still there: the end, or why there is none."""
+        if not recorded:
+            tail = sse_error(_NOT_RECORDED, "server_error", "not_recorded")
+        elif self.cut:
+            tail = sse_error(f"the upstream wrote past the {self.bound} output tokens this "
+                             "call reserved under its spend cap; the answer is cut there",
+                             "upstream_error", "output_bound_exceeded")
+        elif self.outcome() == "truncated":
+            # No [DONE] came: the client must not take a cut-off answer for a whole one.
+            # An unfinished event is dropped: relayed, it would only garble the error.
+            tail = self.reader.held + sse_error("the upstream stream ended before its end",
+                                                "upstream_error", "stream_truncated")
+        else:
+            tail = self.reader.rest()
+        try:
+            await self.send({"type": "http.response.body", "more_body": False,
+                             "body": default_redactor.scrub_secrets(tail)})
+        except Exception:
+            pass
 
 
 def _reserved_bound(call: ProxiedCall) -> int | None:
