@@ -371,7 +371,11 @@ async def _attempt(
     rt: Runtime, call: ProxiedCall, adapter: Adapter, body: bytes,
     headers: dict[str, str], injected: bool, client: ClientWatch, send: ASGISend,
 ) -> Next:
-    """Send the request with the call's key; False when it failed over to another key."""
+    """Send the request with the call's key and answer the client.
+
+    DONE once the client has its answer; SEND_AGAIN when the request goes upstream again
+    (another key, a retry, a fallback route, a resend).
+    """
     assert call.lease is not None
     out_headers = forwarded_headers(headers, adapter.auth_headers(call.lease.secret))
     call.sent_at = rt.clock.now()
@@ -386,68 +390,81 @@ async def _attempt(
         return await _no_answer(rt, call, adapter, send, exc)
     if response.status < 400:
         call.error_class = ""  # the attempts that failed keep theirs
-    keyed = call.lease is not None and bool(call.lease.fingerprint)
     try:
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if call.stream and response.status == 200 and is_sse:
-            chunks = aiter(response.content.iter_any())
-            head = b""
-            if keyed:
-                # Its first event is read before anything is relayed: an upstream that
-                # answers 200 and then an error event has relayed nothing yet either.
-                try:
-                    head = await client.race(read_first_event(chunks, MAX_ERROR_BODY_BYTES))
-                except ClientGone:
-                    response.close()
-                    await complete(rt, call, call.outcome(
-                        "client_disconnected", status=200,
-                        error="the client left before the stream's first event"))
-                    return Next.DONE
-                except (aiohttp.ClientError, TimeoutError) as exc:
-                    return await _broken_start(rt, call, send, exc)
-                error = adapter.stream_error(head)
-                if error is not None and await fail_over(
-                        rt, call, response, error, adapter, streamed=True) is Next.SEND_AGAIN:
-                    response.close()
-                    return Next.SEND_AGAIN
-            await _relay_stream(rt, call, adapter.stream(injected), response, chunks, head,
-                                client, send)
-            return Next.DONE
-        early: bytes | None = None
-        too_large = False
-        if response.status >= 400:
-            # An error answer is read (at most so far) before anything reaches the
-            # client, so a key's failure can still go to another key (a stream's too:
-            # its status comes before its first byte).
-            broke: Exception | None = None
-            read = b""
-            try:
-                async with asyncio.timeout(ERROR_BODY_TIMEOUT_S):
-                    read, too_large = await client.race(
-                        read_at_most(response.content, MAX_ERROR_BODY_BYTES))
-            except ClientGone:
-                response.close()
-                await complete(rt, call, call.outcome(
-                    "client_disconnected", status=response.status,
-                    error="the client left before the answer was read"))
-                return Next.DONE
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                # Its status and headers came whole: they are judged without the body.
-                broke = exc
-            if too_large:
-                response.close()  # the rest stays unread
-            early = read
-            if await fail_over(rt, call, response, read, adapter) is Next.SEND_AGAIN:
-                return Next.SEND_AGAIN
-            if broke is not None:
-                await _fail(rt, call, send, "truncated", 502,
-                            f"the upstream's {response.status} answer broke off "
-                            f"({type(broke).__name__})", status=response.status)
-                return Next.DONE
-        await _relay_plain(rt, call, adapter, response, client, send, early, too_large)
-        return Next.DONE
+            return await _answer_stream(rt, call, adapter, response, injected, client, send)
+        return await _answer_plain(rt, call, adapter, response, client, send)
     finally:
         response.release()
+
+
+async def _answer_stream(rt: Runtime, call: ProxiedCall, adapter: Adapter,
+                         response: UpstreamResponse, injected: bool, client: ClientWatch,
+                         send: ASGISend) -> Next:
+    """A streamed answer: its first event judged (with a key), then relayed."""
+    chunks = aiter(response.content.iter_any())
+    head = b""
+    if call.lease is not None and call.lease.fingerprint:
+        # Its first event is read before anything is relayed: an upstream that answers
+        # 200 and then an error event has relayed nothing yet either.
+        try:
+            head = await client.race(read_first_event(chunks, MAX_ERROR_BODY_BYTES))
+        except ClientGone:
+            response.close()
+            await complete(rt, call, call.outcome(
+                "client_disconnected", status=200,
+                error="the client left before the stream's first event"))
+            return Next.DONE
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return await _broken_start(rt, call, send, exc)
+        error = adapter.stream_error(head)
+        if error is not None and await fail_over(
+                rt, call, response, error, adapter, streamed=True) is Next.SEND_AGAIN:
+            response.close()
+            return Next.SEND_AGAIN
+    await _relay_stream(rt, call, adapter.stream(injected), response, chunks, head,
+                        client, send)
+    return Next.DONE
+
+
+async def _answer_plain(rt: Runtime, call: ProxiedCall, adapter: Adapter,
+                        response: UpstreamResponse, client: ClientWatch,
+                        send: ASGISend) -> Next:
+    """A whole answer: an error one judged first (it may go to another key), then relayed."""
+    early: bytes | None = None
+    too_large = False
+    if response.status >= 400:
+        # An error answer is read (at most so far) before anything reaches the client,
+        # so a key's failure can still go to another key (a stream's too: its status
+        # comes before its first byte).
+        broke: Exception | None = None
+        read = b""
+        try:
+            async with asyncio.timeout(ERROR_BODY_TIMEOUT_S):
+                read, too_large = await client.race(
+                    read_at_most(response.content, MAX_ERROR_BODY_BYTES))
+        except ClientGone:
+            response.close()
+            await complete(rt, call, call.outcome(
+                "client_disconnected", status=response.status,
+                error="the client left before the answer was read"))
+            return Next.DONE
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # Its status and headers came whole: they are judged without the body.
+            broke = exc
+        if too_large:
+            response.close()  # the rest stays unread
+        early = read
+        if await fail_over(rt, call, response, read, adapter) is Next.SEND_AGAIN:
+            return Next.SEND_AGAIN
+        if broke is not None:
+            await _fail(rt, call, send, "truncated", 502,
+                        f"the upstream's {response.status} answer broke off "
+                        f"({type(broke).__name__})", status=response.status)
+            return Next.DONE
+    await _relay_plain(rt, call, adapter, response, client, send, early, too_large)
+    return Next.DONE
 
 
 async def _no_answer(rt: Runtime, call: ProxiedCall, adapter: Adapter,
