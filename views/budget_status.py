@@ -22,11 +22,13 @@ from sessionwarden.views.budgets import BUDGET_COST
 
 __all__ = ["read_budget"]
 
-#: A subtree deeper than the ledger follows (``domain.cost.caps.MAX_ANCESTRY``) is cut.
+#: The whole subtree, however deep, as the ledger counts it (``domain.cost.lineage``:
+#: a session refused for a too-deep chain spent nothing, and what was spent below the
+#: bound before a cap was set counts in every ancestor). UNION, not UNION ALL: a
+#: recorded cycle adds no row twice, so the walk ends.
 _SUBTREE = (
-    "WITH RECURSIVE tree(id, depth) AS (SELECT ?, 0 UNION"
-    " SELECT p.session_id, t.depth + 1 FROM view_session_parents p JOIN tree t"
-    " ON p.parent = t.id WHERE t.depth < 64)"
+    "WITH RECURSIVE tree(id) AS (SELECT ? UNION"
+    " SELECT p.session_id FROM view_session_parents p JOIN tree t ON p.parent = t.id)"
     f" SELECT {BUDGET_COST} FROM view_ledger WHERE session_id IN (SELECT id FROM tree)"
 )
 

@@ -22,6 +22,8 @@ import pytest
 from sessionwarden.cmd.cli.main import main
 from sessionwarden.domain.cost.lineage import MAX_ANCESTRY
 from sessionwarden.events import CODEC, CallRefused, SessionStarted
+from sessionwarden.store import EventLog
+from sessionwarden.views.budget_status import read_budget
 
 from tests.cmd.inprocess import InProcessDaemon
 from tests.support.clock import FakeClock
@@ -211,6 +213,10 @@ def test_a_deep_chain_run_before_any_cap_is_held_once_a_cap_is_set(
         assert error_of(deep)["code"] == "session_parent_too_deep"
         assert post(client, "elsewhere").status_code == 200
     verified(daemon)
+    # With the daemon stopped, `status --session` reads the same spend from the log: the
+    # whole chain, as the ledger counts it (it stopped at depth 64: $0.64).
+    with EventLog(daemon.db, readonly=True) as log:
+        assert read_budget(log, daemon.config, "top").spent == "0.71"
 
 
 # -- item 7: what a lenient server bills --------------------------------------------------
