@@ -3,9 +3,15 @@
 Each package keeps its own ``errors.py`` whose classes derive from
 :class:`SessionwardenError`, so a caller (above all the CLI) can catch one type and turn
 it into a short message instead of a traceback. Errors are grouped by what the caller
-should do, as httpx groups its own: :class:`Unavailable` is "a part of the daemon cannot
-serve now, retry later" (the HTTP layer answers 503), so the call path catches that one
-class where it used to list ``(ActorUnavailable, StoreError)``. The whole tree::
+should do, as httpx groups its own.
+
+Rules:
+
+:class:`Unavailable` is "a part of the daemon cannot serve now, retry later" (the HTTP
+layer answers 503), so the call path catches that one class where it used to list
+``(ActorUnavailable, StoreError)``.
+
+The tree::
 
     SessionwardenError
     ├── Unavailable                                  retry later: the daemon answers 503

@@ -7,6 +7,8 @@ key) is skipped with a warning; a provider left without any is unusable: a warni
 start names the variables to set, :class:`UnusableProviders` lists it with that reason,
 and a lease for it fails with the same reason.
 
+Rules:
+
 At start the actor reconciles the configuration with the log: a key not yet in
 ``view_credentials`` is recorded as CredentialAdded, a recorded key no longer
 configured as CredentialRemoved; that append is synchronous, so a store failure stops

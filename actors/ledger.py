@@ -5,6 +5,8 @@ session's actor can decide them: one actor owns the daemon's :class:`Spend` and
 serialises every reservation, which is what makes them atomic — 20 concurrent calls
 against a cap that fits 5 get 5 reservations (peers.md, pain point 11).
 
+Rules:
+
 Admission passes through here first (as completions pass through the rate guard): the
 ledger adopts the session's parent (``X-Session-Parent``), prices the call's worst case
 (``domain.cost.worst_case``: the estimated input and the output bound, at the price book's

@@ -6,6 +6,8 @@ to :func:`simulate`, which returns a :class:`SimResponse` — the same small sur
 aiohttp's response (:class:`~sessionwarden.upstream.client.UpstreamResponse`) — so a call
 to ``sim`` goes through admission, relay and completion like any other and is recorded.
 
+Rules:
+
 The answer's content is deterministic for a request: it is seeded by the body without
 ``stream`` and ``stream_options``, so a streamed call and a plain one say the same. Its
 ``id`` (and ``x-request-id``) is not: each answer gets its own, random, as a provider's

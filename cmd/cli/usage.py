@@ -4,6 +4,8 @@ Both open the database read-only and query ``view_ledger``, ``view_sessions`` an
 ``view_credentials`` in one short read transaction, so they never write and never block
 a live daemon.
 
+Rules:
+
 Cost rules (a cost that is not known is never shown as 0):
 
 * a group's ``cost_status`` is ``"unknown"`` (and its cost ``null``) as soon as one of

@@ -6,6 +6,8 @@ When the compression stage wants a model to write a summary it asks for a
 on the event loop, and resumes the admission with its
 :class:`~sessionwarden.domain.context.summariser.SummaryResult`.
 
+Rules:
+
 The summary is asked for exactly as a client's call is forwarded, so it is governed by
 the same ledger: a :class:`~sessionwarden.domain.calls.CallRequest` with ``purpose
 "summary"`` and ``parent_call`` (the waiting call) is admitted in the session — its

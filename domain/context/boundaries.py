@@ -4,6 +4,8 @@ Issue 11 ("Compression", phases 2 and 4), after hermes-behaviour.md §2.5 and §
 behaviour and the bugs its users hit, re-thought over the wire-neutral model of
 ``domain.context.messages``. Pure: the token estimate comes in as a function.
 
+Rules:
+
 **Where to cut** (:func:`choose_cut`) splits a history into a protected *head*, a
 *middle* (what the summary replaces) and a *tail* kept verbatim:
 

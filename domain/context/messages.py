@@ -6,6 +6,8 @@ their ids, and *opaque* parts it must never touch — with one adapter per wire 
 ``sessionwarden.upstream`` (``chat_messages`` for OpenAI chat-completions today; the
 Anthropic Messages and Responses adapters later). Nothing here knows a wire shape.
 
+Rules:
+
 The model:
 
 * :class:`Message` — one conversation item: a neutral :data:`Role` and its parts, in

@@ -2,7 +2,11 @@
 
 A pruned tool result must still tell the model what happened: which tool, on what, and
 what came back. :func:`summary` builds that line from the call's arguments and the
-result's text, per tool kind (recognised by name, with common aliases):
+result's text, per tool kind (recognised by name, with common aliases).
+
+Rules:
+
+The line per tool kind:
 
 * read — ``[read_file] src/app.py from line 40 → 120 lines, 4,210 chars``
 * write — ``[write_file] notes.md, 12 lines written → Wrote 12 lines``

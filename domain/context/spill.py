@@ -5,7 +5,7 @@ Issue 11, "Layer 2 and 3", re-imagining Hermes Agent's tool-result budget layers
 the spill file is ``sessionwarden.store.spill`` (the one I/O part), and the admission
 stage that joins them comes later.
 
-The rules:
+Rules:
 
 * **Limits** (:func:`resolve_limits`). A result's threshold is, in order: none for a
   pinned tool (``read_file`` is never spilled, or spill → read → spill would loop), else

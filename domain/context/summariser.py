@@ -7,6 +7,8 @@ a :class:`SummaryWork` (``Need``), the proxy's performer answers a :class:`Summa
 and admission resumes with it. A failed result (``failure`` set) is for the stage to
 handle as configured (``on_summary_failure``): the builtin summary, or no compression.
 
+Rules:
+
 * :func:`summary_request` — the system text and the prompt: the same sections as the
   builtin summary (``domain.context.summary.SECTIONS``), written anew or updated from the previous
   summary, with an optional focus topic; the middle rendered compactly and bounded.

@@ -7,6 +7,8 @@ messages themselves — no model call, zero cost, zero latency. The template's s
 follow hermes-behaviour.md §2.6 (its fallback summary, §2.7, is the closest relative);
 the heuristics and wording are ours.
 
+Rules:
+
 :class:`Summary` holds the sections as tuples of short one-line entries; :func:`render`
 writes them as stable Markdown-ish text (a fixed header, sections in a fixed order, empty
 ones left out); :func:`bound` cuts a summary to a size; :func:`builtin_summary` builds one.

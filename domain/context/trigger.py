@@ -1,7 +1,10 @@
 """When to compress a session's history: the trigger, the token figure, anti-thrashing.
 
 Only the *decision* lives here (the phases of compression are elsewhere). Three parts,
-all pure (time comes in as an argument):
+all pure (time comes in as an argument): the trigger, the token figure and the
+anti-thrashing guard, each below.
+
+Rules:
 
 **The trigger** (:func:`trigger_tokens`), after hermes-behaviour.md §2.2, per model:
 

@@ -5,6 +5,8 @@ genai-prices data, see ``domain/cost/library.py``); :meth:`PriceBook.lookup` ans
 a :class:`~sessionwarden.domain.cost.pricing.PriceLookup` for (provider, model, time), pure
 and without I/O: the library's data is imported once and only read.
 
+Rules:
+
 **Order** (hermes-behaviour §3.4-3.5, issue 12 "Prices"):
 
 1. ``[[providers]] billing = "included"`` → ``included`` (a subscription route: $0, with

@@ -1,6 +1,11 @@
 """A provider's price listing: parsed from untrusted bytes, versioned, looked up.
 
-A provider with ``pricing_url`` publishes an OpenRouter-style ``/models`` listing::
+A provider with ``pricing_url`` publishes an OpenRouter-style ``/models`` listing;
+:func:`parse_listing` turns its bytes into :class:`ParsedListing` (prices per million
+tokens as exact strings, and a version) and :class:`PriceListing` prices a model from a
+published listing. Pure: no I/O.
+
+Rules::
 
     {"data": [{"id": "anthropic/claude-sonnet-4.5",
                "pricing": {"prompt": "0.000003", "completion": "0.000015",

@@ -6,7 +6,9 @@ comes from a config override or from genai-prices (``domain/cost/library.py``), 
 :class:`~sessionwarden.domain.cost.price_book.PriceBook` answers a :class:`PriceLookup` for
 a call. :func:`cost` turns usage and a lookup into a :class:`Cost`.
 
-**Rules** (hermes-behaviour §3.3, and the bug each avoids):
+Rules:
+
+After hermes-behaviour §3.3, each with the bug it avoids:
 
 - The prompt buckets are disjoint, each at its own rate: ``input`` at the input price,
   ``cache_read`` at the cache-read price, ``cache_write`` at the cache-write price, except

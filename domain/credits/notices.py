@@ -6,6 +6,8 @@ with :func:`observe`, and turns the returned :class:`Notice` values into events 
 ``x-sessionwarden-notice`` response header. Time is an argument. The rules are Hermes's
 credits tracker (hermes-behaviour.md §6), each with the fault it prevents:
 
+Rules:
+
 - **Usage gauge** (key ``credits.usage``): bands at 50 % (info), 75 % and 90 % (warn) of
   the subscription cap; only the highest band reached is shown, and a band change (up or
   down) clears the old notice and shows the new one, so a band is announced once per

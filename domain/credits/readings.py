@@ -1,7 +1,10 @@
 """A provider's credit balance as one reading: from response headers or a balance endpoint.
 
 The credits tracker (``sessionwarden.domain.credits.notices``) judges readings; this module only
-makes them, strictly. Two sources, one shape (:class:`CreditReading`):
+makes them, strictly. Two sources, one shape (:class:`CreditReading`): response headers
+and a balance endpoint, each read as below.
+
+Rules:
 
 **Response headers** (:func:`parse_credit_headers`, hermes-behaviour.md §6). Names are
 case-insensitive: ``x-nous-credits-<field>``, the ``tool-pool`` fields

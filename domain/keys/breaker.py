@@ -5,6 +5,8 @@ probes through; hermes-behaviour.md §5 for a guard shared by every session that
 restarts. Which 429s count as genuine limits is ``sessionwarden.domain.classify.limits``; which
 keys are usable is ``sessionwarden.domain.keys.key_states``.
 
+Rules:
+
 - *Opens* (event ``ratelimit.breaker_changed.v1``) when no key of the provider is usable
   (:func:`on_keys_changed`, reason ``no_usable_key``, until the earliest return of a key;
   None when every key is dead), or on sustained overload: :data:`OVERLOAD_FAILURES`

@@ -1,5 +1,10 @@
 """The health of each key of a pool: a state machine folded from events (pure; time is an argument).
 
+Each key is ``ok``, ``cooling``, ``exhausted`` or ``dead``; the outcomes of its calls and
+the operator's commands, recorded as events, move it between these states as below.
+
+Rules:
+
 States (hermes-behaviour.md §4.1, §4.3; peers.md "a key pool that knows each key's quota
 horizon"):
 

@@ -5,6 +5,8 @@ Providers report usage in shapes that *disagree on what "input" means*
 prompt tokens *inside* the input total, Anthropic Messages counts them *beside* it.
 Mixing them up mis-bills by the cached fraction, often more than 80 %.
 
+Rules:
+
 **The canonical convention** (used by pricing, the ledger and budgets): the three prompt
 buckets are disjoint and each priced at its own rate::
 
