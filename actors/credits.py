@@ -4,7 +4,9 @@ The :class:`~sessionwarden.actors.rateguard.RateGuardActor` owns one
 :class:`CreditTracker`: every completion passes through the guard, and the credit
 headers (``x-nous-credits-*``) ride with the rate-limit headers in
 ``CallOutcome.rate_limit_headers``, so the guard is where a response's credits are read,
-at no extra message. The tracker keeps a
+at no extra message.
+
+The tracker keeps a
 :class:`~sessionwarden.domain.credits.notices.CreditState` per (provider, key fingerprint) — a
 balance belongs to the account behind a key — folds each reading with the pure policy
 (``domain/credit_events.track``) and returns the events to append on

@@ -4,7 +4,9 @@ Every completion passes through here on its way to the session's actor: the guar
 the response's rate-limit headers (``sessionwarden.domain.keys.ratelimits``, at
 ``clock.now()``), and when the buckets of that key changed in a way worth recording it
 adds a RateLimitsObserved on ``ratelimits-<provider>`` to the completion's parts, so
-the completion and the buckets commit in one append. It does not append itself: the
+the completion and the buckets commit in one append.
+
+It does not append itself: the
 session's actor, which owns the completion, does, and a completion lost here (the guard
 died with it in its mailbox) is simply retried by the proxy, which this step tolerates.
 

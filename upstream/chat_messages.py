@@ -3,7 +3,11 @@
 The one place that knows how an OpenAI chat-completions ``messages`` list is shaped for
 context governance (issue 11, "A neutral message model"): :func:`to_neutral` reads each
 message into a :class:`~sessionwarden.domain.context.messages.Message`, :func:`from_neutral`
-writes one back. The contract, property-tested: ``from_neutral(to_neutral(m)) == m`` for
+writes one back.
+
+Rules:
+
+The contract, property-tested: ``from_neutral(to_neutral(m)) == m`` for
 any list of messages, and msgspec encodes both to the same bytes (same keys, same order,
 same values), so an untouched message is re-sent byte for byte and a provider's prompt
 cache keeps hitting.

@@ -1,5 +1,7 @@
 """``sessionwarden keys`` and ``sessionwarden breaker``: the key pool and the breaker by hand.
 
+Below, each subcommand and what it shows or changes, then how hostile input is refused.
+
 - ``keys list [--json]``: every key recorded for each provider — fingerprint, reference
   (``env:NAME``), state now (``ok``, ``cooling``, ``exhausted``, ``dead``, ``removed``),
   until when, the last error class that benched it, its status, the calls it served,

@@ -1,7 +1,9 @@
 """``usage --reprice``: what the recorded history costs under the current prices.
 
-Read-only, like ``usage``: the log is opened read-only and nothing is written. The
-*current prices* are those a daemon started now would use: the configuration
+Read-only, like ``usage``: the log is opened read-only and nothing is written. Each
+completed call is priced again at the current prices and put next to its recorded cost.
+
+The *current prices* are those a daemon started now would use: the configuration
 (``--config``, default ``$SESSIONWARDEN_CONFIG``, else the environment: its overrides
 and ``billing``), the latest price listing the log holds for each provider that has a
 ``pricing_url``, and the bundled genai-prices data (``domain/cost/price_book.py``: override >

@@ -1,5 +1,10 @@
 """The control API, for agents that integrate explicitly: a session's status, and compact now.
 
+The routes read the log (in a worker thread) or ask the running actors, and answer JSON;
+each route, its body and its answers are below.
+
+Rules:
+
 - ``GET /v1/sessions/{id}``: the session's status, the JSON of
   ``sessionwarden status --session ID --json`` (``views/session_status.py``), its budget
   the UsageLedgerActor's live figures; 404 for a session the log does not have. The

@@ -3,12 +3,14 @@
 Input: the HTTP status (0 when there was none), the response headers, the body (bytes,
 text or decoded JSON: untrusted, possibly huge, HTML or truncated), an optional
 :data:`Transport` failure, the provider and its api_mode, and what is known of the key's
-rate-limit buckets. Output: one frozen :class:`Classification`. No I/O, no clock: ``now``
-is an argument. It never raises, and it examines a bounded part of the body
-(:mod:`sessionwarden.domain.classify.error_body`) with substring search only
+rate-limit buckets. Output: one frozen :class:`Classification`. The steps are in
+:mod:`sessionwarden.domain.classify.rules` and :mod:`sessionwarden.domain.classify.limits`.
+
+Rules:
+
+No I/O, no clock: ``now`` is an argument. It never raises, and it examines a bounded part
+of the body (:mod:`sessionwarden.domain.classify.error_body`) with substring search only
 (:mod:`sessionwarden.domain.classify.patterns`), so it is linear-time on hostile input.
-The steps are in :mod:`sessionwarden.domain.classify.rules` and
-:mod:`sessionwarden.domain.classify.limits`.
 
 **The pipeline** (hermes-behaviour.md §7; the first rule that matches wins):
 

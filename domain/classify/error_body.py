@@ -1,8 +1,11 @@
 """Reads an upstream error body into text to match, codes, and a reset time (pure).
 
 The body is untrusted: it may be huge, HTML, truncated JSON, an SSE stream whose one
-event is the error, or already decoded JSON. :func:`read_error_body` never raises and
-looks at a bounded part of it: the first :data:`MAX_BODY_BYTES` bytes, at most
+event is the error, or already decoded JSON. :func:`read_error_body` never raises.
+
+Rules:
+
+It looks at a bounded part of it: the first :data:`MAX_BODY_BYTES` bytes, at most
 :data:`MAX_NODES` JSON nodes :data:`MAX_DEPTH` deep, and :data:`MAX_TEXT_CHARS` characters
 of text, with no regular expression (the resets' readers, in
 :mod:`sessionwarden.domain.classify.resets`, keep theirs bounded), so it stays linear on

@@ -4,9 +4,11 @@ The error classifier (``domain.classify.classifier``) says what a failure is; th
 machine (``domain.keys.key_states``) takes a
 :class:`~sessionwarden.domain.keys.key_states.KeyFailure`.
 :func:`key_failure` maps one onto the other, and :func:`fails_over` says whether the
-same request should go at once to another key of the provider (issue 13, "failover
-inside the call"): only for a failure of *this key* (a limit, billing, an auth failure)
-— an overload, a server error or a bad request would fail the same on any key.
+same request should go at once to another key of the provider.
+
+Failing over (issue 13, "failover inside the call") is only for a failure of *this key*
+(a limit, billing, an auth failure) — an overload, a server error or a bad request would
+fail the same on any key.
 
 **A failure that repeats identically on a second key is the request's fault** (issue 21
 §1). A key's failure is judged from the answer's words and codes, and an answer may quote

@@ -1,6 +1,9 @@
 """One compression of a governed history: the four phases put together.
 
-:func:`prepare` decodes the forwarded items (a compression is rare: it may cost
+:func:`prepare` decodes the forwarded items and readies the phases; :func:`finish`
+assembles their result into a new governed history.
+
+In detail, :func:`prepare` decodes the forwarded items (a compression is rare: it may cost
 O(history)), chooses the cut (phase 2, ``domain.context.boundaries``) and prunes what comes
 before the tail (phase 1, ``domain.context.prune``); the middle is then summarised (phase 3: the
 builtin ``domain.context.summary``, or a model's text) and :func:`finish` assembles the result

@@ -2,7 +2,11 @@
 
 Issue 11, "Compression", phase 1, re-imagining Hermes Agent's ``_prune_old_tool_results``
 (``../shared/reference/hermes-behaviour.md`` §2.4). Pure: it works on the wire-neutral
-model of ``domain.context.messages`` and returns a new history and what it did. Only messages
+model of ``domain.context.messages`` and returns a new history and what it did.
+
+Rules:
+
+Only messages
 *before* ``protect_from`` are rewritten (the tail — chosen by the caller, phase 2 —
 is never touched), and only *content* is replaced: the number and order of messages,
 their roles and ``wire`` framing, tool-call ids and names and every :class:`Opaque` part

@@ -4,13 +4,14 @@ Issue 12, "Spend caps". The UsageLedgerActor owns one :class:`Spend` and asks
 :func:`reserve` before a call is admitted; a call whose worst-case cost does not fit
 every cap it draws from is refused *without being sent* (a :class:`Refusal`, HTTP 402).
 After the response :func:`settle` turns the reservation into the real cost; a call that
-failed or was cancelled before costing anything is freed by :func:`release`. Everything
-here is pure: the time is an argument, the state is a frozen value and every function
+failed or was cancelled before costing anything is freed by :func:`release`.
+
+Rules:
+
+Everything here is pure: the time is an argument, the state is a frozen value and every function
 returns a new one. The actor serialises the calls, so reservation is atomic: 20
 concurrent calls against a cap that fits 5 get 5 reservations and 15 refusals
-(peers.md, pain point 11: budgets overshot under concurrency).
-
-The rules:
+(peers.md, pain point 11: budgets overshot under concurrency). The rules:
 
 - **Worst case**: the caller computes it with ``sessionwarden.domain.cost.worst_case`` (the
   estimated input and the output bound at their prices, exact Decimal) and passes it in

@@ -5,6 +5,9 @@ Read-only use of the price data bundled in the ``genai-prices`` wheel
 snapshot that its ``UpdatePrices`` can replace with one downloaded from GitHub; we never
 call either, and read the bundled list directly, so a lookup cannot fetch anything and
 its answer depends only on the installed version (recorded as ``genai-prices@<version>``).
+
+Rules:
+
 Importing the data takes 0.5-1.5 s, so it happens once, on the first
 :func:`load_library` call, not when this module is imported.
 

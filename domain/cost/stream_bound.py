@@ -4,7 +4,9 @@ A call under a cap reserved its worst case for an output bound (``domain.cost.wo
 the request's limit, else the model's, else the default). An upstream that writes past
 it — one that ignores ``max_tokens``, or a model past the default bound — would spend
 money the cap never held, so the proxy reads no further than the bound, relaying or
-draining (``cmd/daemon/proxy/relay.py``). What a stream carries is text, not tokens, so the bound is
+draining (``cmd/daemon/proxy/relay.py``).
+
+What a stream carries is text, not tokens, so the bound is
 judged on two lower bounds of the tokens seen, each with room for an honest answer that
 ends exactly at its limit:
 

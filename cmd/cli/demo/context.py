@@ -1,6 +1,8 @@
 """The demo's long tool-heavy session: a spilled tool result, then a compression (issue 11).
 
-Two steps of ``sessionwarden demo`` (:mod:`sessionwarden.cmd.cli.demo.run`). The session's model
+Two steps of ``sessionwarden demo`` (:mod:`sessionwarden.cmd.cli.demo.run`).
+
+The session's model
 is :data:`~sessionwarden.cmd.cli.demo.config.DEMO_MODEL`, a ``[[models]]`` entry the demo adds
 to its daemon's configuration (:mod:`sessionwarden.cmd.cli.demo.config`): sim's agent,
 which calls one of the offered tools while fewer than 20 tool-calling turns follow the

@@ -1,5 +1,8 @@
 """A proxied call's two steps through the actors: admission, then completion.
 
+:func:`admit` takes a call through the spend caps and the admission pipeline;
+:func:`complete` records how it ended. The event loop never blocks on an actor.
+
 :func:`admit` asks the UsageLedgerActor, which reserves the call's worst case against the
 spend caps (or decides its refusal) and hands it on to the session's actor to run the
 admission pipeline (a daemon where no cap applies goes straight to the session's actor:
@@ -7,7 +10,7 @@ nothing needs holding; the ledger folds the log's costs when a cap is first set)
 work it cannot do purely (a summary from a model, say), the actor answers
 :class:`~sessionwarden.actors.messages.NeedsWork`; the work is done here, on the event
 loop, by the runtime's performer for that kind of work, and admission resumes with the
-result. The event loop never blocks on an actor.
+result.
 
 :func:`complete` records how the call ended: it gives the key back, then sends the
 outcome through the rate guard to the session's actor, which appends the completion (and

@@ -1,5 +1,8 @@
 """Failing over and retrying inside a call, before anything reached the client.
 
+Policy is the domain's; this module only carries it out: another key, a compressed
+history, a retry or the fallback route, as the classified failure asks.
+
 The proxy (``cmd/daemon/proxy/relay.py``) reads an error answer whole before relaying anything, and
 asks here what to do with it: :func:`fail_over` classifies it (``domain.classify.classifier``,
 with the key's last recorded buckets for a 429), tells the pool the key's failure (the
@@ -17,8 +20,7 @@ its model's fallback route as a benched provider's would be. Each failed attempt
 is noted on the call (``CallAttempt``) and lands in its one CallCompleted. A route is a
 call of its own to the spend caps: its worst case, at the route's price, is reserved
 against the route's scopes before anything goes there, and a route that does not fit
-raises :class:`RouteRefused` (the proxy answers the admission's 402). Policy is the
-domain's; this module only carries it out.
+raises :class:`RouteRefused` (the proxy answers the admission's 402).
 """
 
 import asyncio
