@@ -4,6 +4,7 @@ Every string read from the log is treated as hostile: a model name a client sent
 provider name from an old config, a stream name from an older log may hold an escape
 sequence that recolours or rewrites the terminal, a ``\\r`` that overprints a line, a
 ``\\n`` that forges a row, or a bidi override (U+202E) that shows text reversed.
+
 :func:`printable` escapes every such character the way Python's ``repr`` does
 (``\\x1b``, ``\\r``, ``\\u202e``) before anything reaches a terminal; the text tables and
 the ``events``/``replay`` lines pass every string from the log through it. ``--json``

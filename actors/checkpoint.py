@@ -2,8 +2,9 @@
 
 In the daemon the writer connection keeps SQLite's automatic checkpoint (every 1,000 WAL
 pages, run by the writer between two commits): that is when a checkpoint can complete
-and let the next commit restart the WAL (docs/architecture/store.md, "Checkpoints"). On top of it,
-the store tells this actor about each commit, and every ``every`` commits it runs a
+and let the next commit restart the WAL (docs/architecture/store.md, "Checkpoints").
+
+On top of it, the store tells this actor about each commit, and every ``every`` commits it runs a
 PASSIVE checkpoint on its own connection (it never blocks writers or readers). PASSIVE
 cannot reset the WAL while readers keep starting transactions on it, so when the WAL
 file grows beyond ``max_wal_bytes`` it escalates to TRUNCATE, whose busy handler waits

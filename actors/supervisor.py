@@ -6,6 +6,7 @@ recovers its state from the log in ``on_start``. A failed child is restarted on 
 background thread (never in the dying actor's own thread) after a short backoff; callers
 that look the child up through :meth:`Supervisor.ref` reach the new instance, and calls
 that were queued on the dead one time out into ``ActorUnavailable`` rather than hang.
+
 A child that fails more than ``max_restarts`` times within ``window_s`` is given up on and
 reported: the daemon then answers 503 for what needs it, instead of flapping forever.
 Except when the cause is the event log being unwritable (a full disk, a lock held too

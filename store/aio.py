@@ -1,7 +1,9 @@
 """Appending from asyncio: many tasks wait, one loop wake-up per committed group.
 
 A task that appends must not block its event loop, so it submits the request and awaits
-a future the writer thread completes. Completing each future with its own
+a future the writer thread completes.
+
+Completing each future with its own
 ``call_soon_threadsafe`` would cost one self-pipe write and one loop wake-up per append,
 paid inside the writer thread between two commits. Instead each request's callback only
 queues its result on the loop's :class:`LoopDelivery`; once the whole group is

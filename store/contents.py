@@ -5,7 +5,9 @@ request messages, for instance). Each is stored once under its key, the SHA-256 
 of its bytes (:func:`~sessionwarden.store.hashing.content_key`), with ``INSERT OR
 IGNORE`` in the transaction that writes the append's events: a refused append writes
 none of its contents, a committed one all of them, and a content sent by 200 calls is
-one row. Rows are immutable (triggers forbid UPDATE and DELETE); ``replay --verify``
+one row.
+
+Rows are immutable (triggers forbid UPDATE and DELETE); ``replay --verify``
 rehashes every one.
 
 A content is compressed with zlib level 1 when that saves at least 10 % (``zlib`` = 1).

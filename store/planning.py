@@ -4,8 +4,9 @@ The writer plans each request of a group against the log and against the request
 accepted before it in the same group (:class:`GroupState`): expected versions, explicit
 versions, idempotency keys (a retry returns the original positions), tracking positions.
 A request that passes gets a :class:`Plan` with its rows, hash chain included; one that
-does not raises a :class:`~sessionwarden.store.errors.ConflictError` and is left out. The
-planner caches stream heads and stream numbers, and numbers new streams; the writer tells
+does not raises a :class:`~sessionwarden.store.errors.ConflictError` and is left out.
+
+The planner caches stream heads and stream numbers, and numbers new streams; the writer tells
 it to :meth:`Planner.forget` them whenever another process may have appended and after
 any rollback.
 """

@@ -3,7 +3,9 @@
 A projection folds events into tables. The writer applies every registered projection
 inside the same transaction as the events it reflects and records its position in the
 ``tracking`` table under ``view:<name>``, so a view is never ahead of the log and never
-behind it after a crash. If another process appended without running the projections,
+behind it after a crash.
+
+If another process appended without running the projections,
 the next write transaction first catches the views up to the head. ``rebuild`` (see
 ``sessionwarden.store.replay``) replays the log into a scratch database and must produce
 identical tables; :func:`table_digest` is how the two are compared.

@@ -2,7 +2,9 @@
 
 Every connection is opened here so every pragma is applied the same way: WAL, FULL
 synchronous commits, a short busy timeout (the application retries with jitter on top, see
-``sessionwarden.store.retry``), and no double-quoted string literals. Files are created
+``sessionwarden.store.retry``), and no double-quoted string literals.
+
+Files are created
 0600; SQLite gives the ``-wal`` and ``-shm`` files the mode of the database file, so
 creating the database under a 0077 umask covers all three without ever opening them
 outside SQLite (closing a descriptor would drop SQLite's POSIX locks). Directories are

@@ -5,7 +5,9 @@ OpenAI Responses next) reads a client's request into the wire-neutral
 :class:`~sessionwarden.domain.context.conversation.Conversation` and
 :class:`~sessionwarden.domain.calls.RequestShape`, writes the upstream body, and reads
 the answer — whole (:meth:`Adapter.read_response`) or as a stream
-(:class:`StreamReader`). The HTTP layer holds an ``Adapter``, never a concrete format,
+(:class:`StreamReader`).
+
+The HTTP layer holds an ``Adapter``, never a concrete format,
 so a new format is a new module and an entry in ``upstream.ADAPTERS``.
 """
 

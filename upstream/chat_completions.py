@@ -1,7 +1,9 @@
 """The OpenAI chat-completions wire format, both ways: the one adapter for ``chat_completions``.
 
 Everything the daemon knows about this format's shapes is here, so the proxy never parses
-a wire format itself: reading a client's request into a wire-neutral
+a wire format itself.
+
+What it holds: reading a client's request into a wire-neutral
 :class:`~sessionwarden.domain.calls.RequestShape` and a
 :class:`~sessionwarden.domain.context.conversation.Conversation` (its fields decoded, its messages
 left as the client's bytes, read one at a time by :class:`ChatItems` when governance

@@ -1,7 +1,9 @@
 """One session's budget read from the log, for ``status --session`` with the daemon stopped.
 
 The running daemon's figures are the UsageLedgerActor's (``GET
-/v1/sessions/{id}/budget``: reservations of calls in flight included). The log knows
+/v1/sessions/{id}/budget``: reservations of calls in flight included).
+
+The log knows
 what was spent: :func:`read_budget` sums the costs of the session's subtree (itself and
 every session started with it as ``X-Session-Parent``, recursively, through
 ``view_session_parents``) from ``view_ledger``, and takes the cap from the ``budgets``

@@ -1,6 +1,8 @@
 """One session's status, read from the log: ``status --session`` and the control API.
 
-The ``/usage`` view of hermes-behaviour.md §11 for one session. :func:`read_status`
+The ``/usage`` view of hermes-behaviour.md §11 for one session.
+
+:func:`read_status`
 reads the session's stream (read-only: it works beside a live daemon) and folds it twice,
 purely: its context (``sessionwarden.domain.context.status``; the trigger of the
 session's model set from the configuration) and its usage and cost

@@ -4,7 +4,9 @@ A side call (the model summariser's, ``purpose: "summary"``; any probe to come) 
 admitted in the stream of the session that caused it, so ``view_ledger`` already counts
 it in that session; this view says which of the session's calls it was, so ``usage
 --by session`` can show it as its own row under the session (issue 12: "side calls
-appear as their own rows linked to the session that caused them"). One row per side
+appear as their own rows linked to the session that caused them").
+
+One row per side
 call, from its ``CallAdmitted``; a call's purpose never changes. Its own projection,
 beside ``views/projections.py``, so the ledger's table keeps its shape; like every view it is
 applied in the transaction of its events and rebuilt identically by ``replay``.

@@ -1,6 +1,9 @@
 """``replay --session ID --call N``: the exact request a call sent upstream, and why.
 
-Rebuilt from the log alone. The session's stream holds, per governed call, a
+Rebuilt from the log alone: the body, byte for byte what went upstream, and next to it
+the decisions recorded for the call.
+
+The session's stream holds, per governed call, a
 CallAdmitted whose ``request`` names what was sent by content keys (the body's other
 fields and the system messages when they changed, and only the messages the call added
 to an earlier call's governed history);

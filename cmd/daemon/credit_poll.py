@@ -5,7 +5,9 @@ key, ``{"data": {"limit": …, "limit_remaining": …, "usage": …}}``), every 
 polled at once when the daemon starts, then at most once per
 :data:`~sessionwarden.domain.credits.notices.POLL_INTERVAL` (``domain/credits.next_poll``; a
 minute: notices move in bands of 15 to 25 points, and each poll counts against the key's
-own rate limit). The answer is read by ``domain/credit_readings.parse_balance`` and sent
+own rate limit).
+
+The answer is read by ``domain/credit_readings.parse_balance`` and sent
 to the rate guard (:class:`~sessionwarden.actors.credits.ObserveCredits`), which owns the
 credits tracker and records what changed. The first balance of a key the log knows
 nothing of is a seed: a key already deep in a band is announced at once.

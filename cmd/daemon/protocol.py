@@ -3,6 +3,7 @@
 httptools buffers a header (name and value) until it ends, and uvicorn keeps every
 header of a request, with no limit on either: a client could stream megabytes of
 headers, or one endless header, before the app — and so the token check — ever runs.
+
 Here the bytes received while a request's head is still incomplete are counted, and
 past the bound the connection gets a 431 and is closed, so memory per connection stays
 within the bound plus one read. The chunk that completes a head is not counted (it is

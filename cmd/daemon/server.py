@@ -1,14 +1,17 @@
 """The daemon's ASGI application: security checks first, then a dict of routes.
 
-Every request is checked before routing, in this order: its line and headers are within
+Every request is checked before routing (the size of its head, its Host, its token, the
+size of its body); any error that escapes a handler becomes a 500 with a one-line message,
+so a client never sees a traceback. Every request ends with one access line
+(``sessionwarden.cmd.daemon.access``).
+
+The checks, in this order: its line and headers are within
 ``max_header_kib`` (counted while they arrive, ``cmd/daemon/protocol.py``: 431 otherwise); there
 is exactly one Host header, it parses as host[:port] and names this machine (a loopback
 name, or the explicitly allowed bind address), which defeats DNS rebinding from a
 browser; every path but ``/healthz`` needs ``Authorization: Bearer
 <token>`` (compared in constant time); a body larger than the cap is refused with 413 as
-soon as its declared or received size exceeds it, without reading it whole. Any error
-that escapes a handler becomes a 500 with a one-line message; a client never sees a
-traceback. Every request ends with one access line (``sessionwarden.cmd.daemon.access``).
+soon as its declared or received size exceeds it, without reading it whole.
 """
 
 import hmac

@@ -4,7 +4,9 @@ Start-up order: configuration (a bad file exits 78 naming the key), the database
 single-instance lock (a second daemon on the same database exits 74 at once and leaves
 the first untouched), the listening socket (bound before anything else starts, so a port
 in use is a one-line error, exit 69), the actors (each recovers from the log), then the
-server. SIGINT/SIGTERM stop accepting, let in-flight requests finish (bounded), stop the
+server.
+
+SIGINT/SIGTERM stop accepting, let in-flight requests finish (bounded), stop the
 actors in reverse order, run a TRUNCATE checkpoint, release the lock and exit 0. Every
 exit after the lock was claimed, a failed start included, releases it, which removes
 ``<db>.lock``; only a killed daemon leaves the file, and the next claim takes it over.

@@ -4,6 +4,7 @@ The decision itself is the UsageLedgerActor's (``domain.cost.caps.reserve``, ove
 session's spend: caps span sessions, so no session's state can decide them). The proxy
 asks the ledger first; the ledger reserves the call's worst case, or refuses it, and
 hands the request on to the session's actor with its answer in ``CallRequest.budget``.
+
 This stage turns that answer into the session's record: a
 :class:`~sessionwarden.domain.cost.caps.Refusal` becomes a refusal (HTTP 402, recorded as
 CallRefused by stage ``budgets``, with ``Retry-After`` when a daily cap is the one in

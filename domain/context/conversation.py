@@ -2,8 +2,9 @@
 
 A wire adapter does not decode a request's conversation: it hands over each item's exact
 JSON bytes (:class:`Conversation`), with an :class:`ItemCodec` that reads one item into
-the neutral :class:`~sessionwarden.domain.context.messages.Message` and writes one back. So
-recognising a resent history costs one hash per item, O(bytes), and only the items the
+the neutral :class:`~sessionwarden.domain.context.messages.Message` and writes one back.
+
+So recognising a resent history costs one hash per item, O(bytes), and only the items the
 daemon has not seen yet are decoded, O(new): a 7 MB history resent with one new message
 is not decoded again. The upstream body is the fields and the governed items put back
 together by concatenation (``domain.context.transcript.assemble_body``), never re-encoded.

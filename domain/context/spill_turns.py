@@ -5,7 +5,9 @@ among the messages a call adds (the tool results that follow an assistant messag
 to the next user or assistant message), plans every turn, names the files to write
 (:class:`SpillWork`, the stage's ``Need``), and once they are written (or not:
 :class:`SpillOutcome`) puts each stand-in in place of its result and says what happened
-(:class:`~sessionwarden.events.ToolResultSpilled`). A result with non-text parts (an
+(:class:`~sessionwarden.events.ToolResultSpilled`).
+
+A result with non-text parts (an
 image) counts towards its turn but is never spilled: its parts pass through untouched.
 
 A tool's name comes from the call the result answers, in the same messages; a result

@@ -1,12 +1,15 @@
 """Reading one field of a provider's usage block, which a hostile provider controls.
 
-The rules (``sessionwarden.domain.usage.canonical`` applies them to every shape): a token counter
-is absent (None) or a non-negative integer up to :data:`MAX_TOKENS_PER_FIELD` (an
-integral float such as ``10.0`` is accepted); a cost is a non-negative JSON number up to
-:data:`MAX_REPORTED_COST`, kept exact as a Decimal; a nested object is a mapping; a label
-(an iteration's ``type`` or ``model``) is a short printable string. Anything else raises
-:class:`~sessionwarden.domain.errors.UsageRejected` naming the dotted field and never
-repeating the value (the provider controls it, and it could be a secret echoed back).
+``sessionwarden.domain.usage.canonical`` applies these readers to every shape; a value
+they do not accept raises :class:`~sessionwarden.domain.errors.UsageRejected`.
+
+The rules: a token counter is absent (None) or a non-negative integer up to
+:data:`MAX_TOKENS_PER_FIELD` (an integral float such as ``10.0`` is accepted); a cost is
+a non-negative JSON number up to :data:`MAX_REPORTED_COST`, kept exact as a Decimal; a
+nested object is a mapping; a label (an iteration's ``type`` or ``model``) is a short
+printable string. Anything else raises :class:`~sessionwarden.domain.errors.UsageRejected`
+naming the dotted field and never repeating the value (the provider controls it, and it
+could be a secret echoed back).
 """
 
 import math

@@ -4,7 +4,9 @@ Once the request body is read, the only thing an ASGI app hears from its client 
 ``http.disconnect``, and only when it asks. Without someone asking, a client that gives
 up on a slow upstream leaves the call waiting for the upstream's answer — for as long
 as the read timeout — holding one of the provider's connections: enough of them and a
-hung provider has its whole pool held by calls nobody waits for. :class:`ClientWatch`
+hung provider has its whole pool held by calls nobody waits for.
+
+:class:`ClientWatch`
 asks for the whole call, and :meth:`ClientWatch.race` ends any upstream step the moment
 the client leaves, which closes that upstream connection.
 """
