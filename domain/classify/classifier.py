@@ -8,6 +8,8 @@ rate-limit buckets. Output: one frozen :class:`Classification`. The steps are in
 
 Rules:
 
+The overview: docs/architecture/keys-and-failover.md, 'The pool and the classifier'.
+
 No I/O, no clock: ``now`` is an argument. It never raises, and it examines a bounded part
 of the body (:mod:`sessionwarden.domain.classify.error_body`) with substring search only
 (:mod:`sessionwarden.domain.classify.patterns`), so it is linear-time on hostile input.

@@ -6,6 +6,8 @@ behaviour and the bugs its users hit, re-thought over the wire-neutral model of
 
 Rules:
 
+The overview: docs/architecture/context.md, 'The stage, per call'.
+
 **Where to cut** (:func:`choose_cut`) splits a history into a protected *head*, a
 *middle* (what the summary replaces) and a *tail* kept verbatim:
 

@@ -6,6 +6,8 @@ model of ``domain.context.messages`` and returns a new history and what it did.
 
 Rules:
 
+The overview: docs/architecture/context.md, 'The stage, per call'.
+
 Only messages
 *before* ``protect_from`` are rewritten (the tail — chosen by the caller, phase 2 —
 is never touched), and only *content* is replaced: the number and order of messages,

@@ -7,6 +7,8 @@ stage that joins them comes later.
 
 Rules:
 
+The overview: docs/architecture/context.md, 'The stage, per call'.
+
 * **Limits** (:func:`resolve_limits`). A result's threshold is, in order: none for a
   pinned tool (``read_file`` is never spilled, or spill → read → spill would loop), else
   ``[tools].overrides[tool]``, else ``[tools].result_size_chars``. The per-turn budget is

@@ -9,6 +9,8 @@ handle as configured (``on_summary_failure``): the builtin summary, or no compre
 
 Rules:
 
+The overview: docs/architecture/context.md, 'The model summariser (a side call)'.
+
 * :func:`summary_request` — the system text and the prompt: the same sections as the
   builtin summary (``domain.context.summary.SECTIONS``), written anew or updated from the previous
   summary, with an optional focus topic; the middle rendered compactly and bounded.

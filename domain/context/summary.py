@@ -9,6 +9,8 @@ the heuristics and wording are ours.
 
 Rules:
 
+The overview: docs/architecture/context.md, 'The summary's role and mark'.
+
 :class:`Summary` holds the sections as tuples of short one-line entries; :func:`render`
 writes them as stable Markdown-ish text (a fixed header, sections in a fixed order, empty
 ones left out); :func:`bound` cuts a summary to a size; :func:`builtin_summary` builds one.

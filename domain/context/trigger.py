@@ -6,6 +6,8 @@ anti-thrashing guard, each below.
 
 Rules:
 
+The overview: docs/architecture/context.md, 'The stage, per call'.
+
 **The trigger** (:func:`trigger_tokens`), after hermes-behaviour.md §2.2, per model:
 
 1. the fraction is the model's ``compression_threshold``, else ``[compression].threshold``;

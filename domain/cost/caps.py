@@ -8,6 +8,8 @@ failed or was cancelled before costing anything is freed by :func:`release`.
 
 Rules:
 
+The overview: docs/architecture/costs-and-caps.md, 'Spend caps'.
+
 Everything here is pure: the time is an argument, the state is a frozen value and every function
 returns a new one. The actor serialises the calls, so reservation is atomic: 20
 concurrent calls against a cap that fits 5 get 5 reservations and 15 refusals

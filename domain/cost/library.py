@@ -8,6 +8,8 @@ its answer depends only on the installed version (recorded as ``genai-prices@<ve
 
 Rules:
 
+The overview: docs/architecture/costs-and-caps.md, 'Prices'.
+
 Importing the data takes 0.5-1.5 s, so it happens once, on the first
 :func:`load_library` call, not when this module is imported.
 

@@ -7,6 +7,8 @@ and without I/O: the library's data is imported once and only read.
 
 Rules:
 
+The overview: docs/architecture/costs-and-caps.md, 'Prices'.
+
 **Order** (hermes-behaviour §3.4-3.5, issue 12 "Prices"):
 
 1. ``[[providers]] billing = "included"`` → ``included`` (a subscription route: $0, with

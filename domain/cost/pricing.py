@@ -8,6 +8,8 @@ a call. :func:`cost` turns usage and a lookup into a :class:`Cost`.
 
 Rules:
 
+The overview: docs/architecture/costs-and-caps.md, 'Prices'.
+
 After hermes-behaviour §3.3, each with the bug it avoids:
 
 - The prompt buckets are disjoint, each at its own rate: ``input`` at the input price,

@@ -8,6 +8,8 @@ credits tracker (hermes-behaviour.md §6), each with the fault it prevents:
 
 Rules:
 
+The overview: docs/architecture/credits.md, 'Notices to clients'.
+
 - **Usage gauge** (key ``credits.usage``): bands at 50 % (info), 75 % and 90 % (warn) of
   the subscription cap; only the highest band reached is shown, and a band change (up or
   down) clears the old notice and shows the new one, so a band is announced once per

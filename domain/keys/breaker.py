@@ -7,6 +7,8 @@ keys are usable is ``sessionwarden.domain.keys.key_states``.
 
 Rules:
 
+The overview: docs/architecture/keys-and-failover.md, 'Key states and the breaker'.
+
 - *Opens* (event ``ratelimit.breaker_changed.v1``) when no key of the provider is usable
   (:func:`on_keys_changed`, reason ``no_usable_key``, until the earliest return of a key;
   None when every key is dead), or on sustained overload: :data:`OVERLOAD_FAILURES`

@@ -5,6 +5,8 @@ the operator's commands, recorded as events, move it between these states as bel
 
 Rules:
 
+The overview: docs/architecture/keys-and-failover.md, 'Key states and the breaker'.
+
 States (hermes-behaviour.md §4.1, §4.3; peers.md "a key pool that knows each key's quota
 horizon"):
 

@@ -7,6 +7,8 @@ Mixing them up mis-bills by the cached fraction, often more than 80 %.
 
 Rules:
 
+The overview: docs/architecture/costs-and-caps.md, 'Prices'.
+
 **The canonical convention** (used by pricing, the ledger and budgets): the three prompt
 buckets are disjoint and each priced at its own rate::
 
