@@ -2,18 +2,22 @@
 
 The HTTP layer orchestrates; it parses no wire format itself (the adapters of
 ``sessionwarden.upstream`` do) and decides no policy (the domain does, inside the actors).
+The overview: docs/architecture/request-flow.md.
+
+Rules:
+
 One call, in order:
 
 1. the route's adapter reads the body into a payload and its wire-neutral shape; the
    model names a provider (404 if none, 501 for a wire format the proxy cannot speak);
-2. admission (``cmd/daemon/proxy/calls.py``) and a key lease are asked for at once; admission runs
-   the pipeline and replies once CallAdmitted (or CallRefused) is durable, so nothing is
-   sent upstream that is not recorded;
+2. admission (``cmd/daemon/proxy/calls.py``) and a key lease are asked for at once;
+   admission runs the pipeline and replies once CallAdmitted (or CallRefused) is
+   durable, so nothing is sent upstream that is not recorded;
 3. the provider's adapter builds the upstream body (usage always requested on streams),
    and the upstream client sends it with the leased key; an error answer is read before
    anything is relayed, so a key's failure goes to the next key and an overload is
-   retried (``cmd/daemon/proxy/failover.py``), and with every key benched the call is refused at
-   once (429 with ``Retry-After``; 503 while its breaker is open on an overload),
+   retried (``cmd/daemon/proxy/failover.py``), and with every key benched the call is
+   refused at once (429 with ``Retry-After``; 503 while its breaker is open on an overload),
    unsent; a provider that cannot be reached at all is named, with the cause (a
    refused connection, a DNS failure, a timeout), in a 502 or 504;
 4. the response is relayed (a stream chunk for chunk, minus the usage chunk the client did
