@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from sessionwarden.store import EventLog, StreamsView, replay
 from sessionwarden.store.verify import verify_chain
 
@@ -64,6 +65,7 @@ def _check_log(db: Path, total: int, per_writer: dict[str, int]) -> None:
     assert report.ok and report.events == total, report
 
 
+@pytest.mark.slow  # four processes, 8,000 events: .ci/run's slow set runs it
 def test_four_processes_append_8000_events_without_gaps(tmp_path: Path) -> None:
     db, barrier = tmp_path / "events.db", tmp_path / "barrier"
     barrier.mkdir()
