@@ -180,6 +180,10 @@ class ProviderConfig(_Section, frozen=True):
     pricing_refresh_s: Annotated[float, msgspec.Meta(ge=0.05, le=604800.0)] = 3600.0
     shared_limits: bool = False
     error_patterns: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+    #: How long the provider keeps a prompt's cache warm, in seconds (0: it has none);
+    #: None: unset — 300 for Anthropic-style caches (``api_mode = "anthropic_messages"``),
+    #: none for the others (see :meth:`Config.prompt_cache_ttl`).
+    prompt_cache_ttl_s: Annotated[float, msgspec.Meta(ge=0.0, le=86400.0)] | None = None
 
     def __post_init__(self) -> None:
         """Check the name, the URLs, the cap and that every key is an ``env:NAME`` reference."""
@@ -230,6 +234,8 @@ SIM_PRICED_MODEL = re.compile(r"priced(?:-(?P<plays>.+))?")
 #: What a priced ``sim`` model costs, USD per million tokens (cached input at the input
 #: rate, as for any price without a cache rate): a fixed, documented price, so a test can
 #: compute the cost it expects.
+#: An Anthropic-style prompt cache's lifetime since its last use (their default, 5 minutes).
+_ANTHROPIC_CACHE_TTL_S = 300.0
 SIM_PRICE = PriceConfig(input=Decimal("2.00"), output=Decimal("8.00"))
 
 
@@ -287,6 +293,9 @@ class CompressionConfig(_Section, frozen=True):
     summariser: Summariser = "builtin"
     summary_model: str = ""
     on_summary_failure: OnSummaryFailure = "fallback"
+    #: The prepare mark, a fraction of the trigger: a session past it whose provider's
+    #: prompt cache has gone cold (idle past its lifetime) is compressed at its next call.
+    prepare_ratio: _Fraction = 0.80
 
 
 class BudgetsConfig(_Section, frozen=True):
@@ -393,6 +402,19 @@ class Config(_Section, frozen=True):
         if provider != SIM_PROVIDER.name or any(p.name == provider for p in self.providers):
             return None
         return SIM_PRICE if SIM_PRICED_MODEL.fullmatch(model) else None
+
+    def prompt_cache_ttl(self, provider: str) -> float | None:
+        """Seconds ``provider`` keeps a prompt cache warm; None when it has no cache.
+
+        As written (``prompt_cache_ttl_s``; 0 means none), else 300 for an Anthropic-style
+        cache (``anthropic_messages``: five minutes since its last use), else none.
+        """
+        found = self.provider(provider)
+        if found is None:
+            return None
+        if found.prompt_cache_ttl_s is not None:
+            return found.prompt_cache_ttl_s or None
+        return _ANTHROPIC_CACHE_TTL_S if found.api_mode == "anthropic_messages" else None
 
     def provider(self, name: str) -> ProviderConfig | None:
         """The provider called ``name`` (the built-in ``sim`` included), or None."""

@@ -52,6 +52,7 @@ from sessionwarden.domain.context.summariser import (
 from sessionwarden.domain.context.summary import Summary, render
 from sessionwarden.domain.context.transcript import content_key
 from sessionwarden.domain.context.trigger import (
+    MAX_UNFIT_COMPRESSIONS,
     Calibration,
     CompressionGuard,
     calibrated,
@@ -69,6 +70,27 @@ __all__ = ["Done", "compress_step"]
 
 #: What the stage does with the (possibly compressed) history: record and proceed.
 Done = Callable[[GovernedHistory, int, list[Event], ContextUpdate], StageResult]
+
+
+def _cold_cache(config: Config, request: CallRequest, context: ContextUpdate | None,
+                tokens: int, threshold: int, now: datetime) -> bool:
+    """Whether to compress now because the prompt cache is cold anyway.
+
+    A session past the prepare mark (``prepare_ratio`` of its trigger) whose previous
+    call is older than its provider's prompt-cache lifetime: its next prompt is written
+    to the cache afresh whatever we do, so a compression now costs no cache it would
+    have kept, where waiting for the trigger would bust a warm one. Only when the guard
+    would let a compression through (not after ineffective ones, not before a reading).
+    """
+    if context is None or context.last_at is None or not config.compression.enabled:
+        return False
+    ttl = config.prompt_cache_ttl(request.provider)
+    if ttl is None or tokens < config.compression.prepare_ratio * threshold:
+        return False
+    guard = context.guard
+    if guard.unfit >= MAX_UNFIT_COMPRESSIONS or guard.awaiting_reading:
+        return False
+    return (now - context.last_at).total_seconds() > ttl
 
 
 def compress_step(config: Config, state: SessionState, request: CallRequest,
@@ -94,7 +116,8 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
     cal = state.calibration.get(request.model)
     figure = token_figure(cal or Calibration(), fixed + history.tokens)
     requested = state.compaction
-    update = ContextUpdate(history, guard, threshold, health, window, compression.enabled)
+    update = ContextUpdate(history, guard, threshold, health, window, compression.enabled,
+                           last_at=now)
 
     def unchanged(extra: list[Event]) -> StageResult:
         """Forward ``history`` as it is, if it fits the window."""
@@ -102,8 +125,9 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
             return fit.refuse(figure.tokens, [*events, *extra], compressed=False)
         return done(history, kept, [*events, *extra], update)
 
-    if requested is None and not (compression.enabled and should_compress(
-            guard, figure, threshold, fit.room).compress):
+    due = compression.enabled and should_compress(guard, figure, threshold, fit.room).compress
+    cold = not due and _cold_cache(config, request, context, figure.tokens, threshold, now)
+    if requested is None and not (due or cold):
         return unchanged([])
     prepared = prepare(history, client_items, codec, compression, threshold, known)
     if prepared is None:
@@ -122,7 +146,8 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
         tokens_after = calibrated(cal, after) if cal else after
         event = ContextCompressed(
             call_id=request.call_id,
-            trigger="requested" if requested is not None else "threshold",
+            trigger=("requested" if requested is not None
+                     else "cold_cache" if cold else "threshold"),
             summariser=compaction.summariser, model=compaction.model, focus=requested or "",
             source="real" if figure.source == "calibrated" else "estimated",
             tokens_before=figure.tokens, tokens_after=tokens_after,

@@ -23,6 +23,7 @@ governed afresh.
 
 import hashlib
 from collections.abc import Sequence
+from datetime import datetime
 from typing import NamedTuple
 
 from sessionwarden.domain.context.summariser import SummariserHealth
@@ -134,3 +135,6 @@ class ContextUpdate(NamedTuple):
     #: The model's window and whether compression was on (recorded with the threshold).
     window: int = 0
     compression: bool = True
+    #: When this call was admitted: the next one measures the session's idle time (and so
+    #: whether the provider's prompt cache is still warm) from it.
+    last_at: datetime | None = None

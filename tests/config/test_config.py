@@ -505,3 +505,23 @@ def test_a_well_known_provider_without_its_key_says_which_variable_to_set() -> N
     assert "use '<provider>/<model>'" in str(caught.value)
     assert find_model(zero_config({"OPENAI_API_KEY": "sk-" + "x" * 40}),
                       "openai/gpt-4.1-mini")[1] == "gpt-4.1-mini"
+
+
+def test_a_providers_prompt_cache_lifetime_as_written_else_by_its_kind() -> None:
+    config = parse_config(
+        '[[providers]]\nname = "claude"\nbase_url = "https://api.anthropic.com/v1"\n'
+        'api_mode = "anthropic_messages"\n'
+        '[[providers]]\nname = "local"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[[providers]]\nname = "warm"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'prompt_cache_ttl_s = 120\n'
+        '[[providers]]\nname = "none"\nbase_url = "https://api.anthropic.com/v1"\n'
+        'api_mode = "anthropic_messages"\nprompt_cache_ttl_s = 0\n')
+    assert config.prompt_cache_ttl("claude") == 300  # Anthropic's five minutes
+    assert config.prompt_cache_ttl("local") is None  # no cache known
+    assert config.prompt_cache_ttl("warm") == 120
+    assert config.prompt_cache_ttl("none") is None  # written 0: it has none
+    assert config.prompt_cache_ttl("nowhere") is None
+    assert config.compression.prepare_ratio == 0.8
+    with pytest.raises(ConfigError):
+        parse_config('[[providers]]\nname = "x"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                     'prompt_cache_ttl_s = -1\n')
