@@ -297,6 +297,9 @@ def status_text(full: SessionStatus, now: datetime) -> str:
     else:
         lines.append(f"context: {_n(status.context.tokens)} / {threshold} tokens "
                      f"({data['context_percent']} %, {status.context.source}){off}")
+    if status.cache_read_percent is not None:
+        lines.append(f"prompt cache: {status.cache_read_percent} % of prompt tokens read "
+                     "from the provider's cache")
     last = status.last_compression
     text = f"compressions: {status.compressions}"
     if last is not None:

@@ -132,6 +132,9 @@ class ContextStatus(msgspec.Struct, frozen=True, kw_only=True):
     summariser_failures: int = 0
     last_failure: LastFailure | None = None
     pending_compaction: PendingCompaction | None = None
+    #: The share of the client calls' prompt tokens the provider read from its cache, in
+    #: percent (None until a call reported its usage): what compressions cost in cache.
+    cache_read_percent: float | None = None
 
 
 def with_threshold(status: ContextStatus, threshold_tokens: int, *, enabled: bool = True,
@@ -181,6 +184,8 @@ class _Fold:
         self.failure: LastFailure | None = None
         self.pending: PendingCompaction | None = None
         self.limits: ContextLimits | None = None
+        self.client_calls: set[str] = set()
+        self.prompt_tokens = self.cache_read_tokens = 0
 
     def add(self, event: Event, at: datetime) -> None:
         self.started = self.started or at
@@ -193,13 +198,17 @@ class _Fold:
                 self.side_calls += 1
                 return
             self.calls += 1
+            self.client_calls.add(event.call_id)
             self.latest_call = event.call_id
             self.provider, self.model = event.provider, event.model
             self.context = ContextFigure(event.estimated_tokens, "estimated", event.call_id)
             self.limits = event.limits or self.limits
         elif isinstance(event, CallCompleted):
+            prompt = event.input_tokens + event.cache_read_tokens + event.cache_write_tokens
+            if event.call_id in self.client_calls and event.source == "provider":
+                self.prompt_tokens += prompt
+                self.cache_read_tokens += event.cache_read_tokens
             if event.call_id == self.latest_call and event.source == "provider":
-                prompt = event.input_tokens + event.cache_read_tokens + event.cache_write_tokens
                 self.context = ContextFigure(prompt, "real", event.call_id)
         elif isinstance(event, CallRefused):
             self.refused += 1
@@ -236,4 +245,6 @@ class _Fold:
             threshold_tokens=self.limits.threshold if self.limits else None,
             window_tokens=self.limits.window if self.limits else None,
             compression_enabled=self.limits.compression if self.limits else True,
-            limits_recorded=self.limits is not None)
+            limits_recorded=self.limits is not None,
+            cache_read_percent=(round(100.0 * self.cache_read_tokens / self.prompt_tokens, 1)
+                                if self.prompt_tokens else None))

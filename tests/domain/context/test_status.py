@@ -142,3 +142,15 @@ def test_the_threshold_comes_from_the_caller() -> None:
     set_ = with_threshold(status, 64_000, enabled=False)
     assert (set_.threshold_tokens, set_.compression_enabled) == (64_000, False)
     assert set_.context == status.context
+
+
+def test_the_share_of_prompt_tokens_read_from_the_cache_counts_client_calls_only() -> None:
+    assert fold_context("s", timed(admitted("c1", 900))).cache_read_percent is None
+    warm = CallCompleted(call_id="c2", input_tokens=100, cache_read_tokens=800,
+                         cache_write_tokens=100)
+    summary = CallCompleted(call_id="s1", input_tokens=5000)  # a side call: not counted
+    status = fold_context("s", timed(
+        admitted("c1", 900), completed("c1"), admitted("s1", 5000, purpose="summary"),
+        summary, admitted("c2", 1000), warm))
+    # c1: 1,000 + 200 read + 30 written (completed()); c2: 100 + 800 read + 100 written
+    assert status.cache_read_percent == round(100.0 * (200 + 800) / (1230 + 1000), 1)
