@@ -15,6 +15,7 @@ from sessionwarden.views.projections import (
     SessionsView,
 )
 from sessionwarden.views.side_calls import SideCallsView
+from sessionwarden.views.summarisers import SummarisersView
 
 __all__ = ["default_projections"]
 
@@ -22,4 +23,4 @@ __all__ = ["default_projections"]
 def default_projections() -> list[Projection]:
     """The views of a sessionwarden database, in the order they are applied."""
     return [StreamsView(), SessionsView(), LedgerView(), CredentialsView(), RateLimitsView(),
-            SessionParentsView(), CreditsView(), SideCallsView()]
+            SessionParentsView(), CreditsView(), SideCallsView(), SummarisersView()]

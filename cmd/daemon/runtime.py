@@ -165,7 +165,8 @@ class Runtime:
                 log, config.usable_providers, environ, clock=clock_, on_failure=f)),
             ActorSpec("ledger", lambda f: UsageLedgerActor.start(
                 log, config, self.session_ref, prices=prices, clock=clock_, on_failure=f)),
-            ActorSpec("compressor", lambda f: CompressorActor.start(f)),
+            ActorSpec("compressor", lambda f: CompressorActor.start(
+                f, log=self.log, clock=self.clock)),
         ]
         specs += [
             ActorSpec(f"session-{i}", lambda f: SessionActor.start(
@@ -287,6 +288,11 @@ class Runtime:
     def rateguard(self) -> "pykka.ActorRef[Any]":
         """The RateGuardActor: rate-limit and credit headers."""
         return self.supervisor.ref("rateguard")
+
+    @property
+    def compressor(self) -> "pykka.ActorRef[Any]":
+        """The CompressorActor: the summariser's record across sessions."""
+        return self.supervisor.ref("compressor")
 
     @property
     def checkpoint(self) -> "pykka.ActorRef[Any]":

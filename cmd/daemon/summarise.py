@@ -48,6 +48,7 @@ keeps naming the client's call, not the summary's.
 
 import asyncio
 import contextvars
+from datetime import datetime
 from functools import partial
 from typing import NamedTuple
 
@@ -57,6 +58,7 @@ from loguru import logger
 from sessionwarden.actors.bridge import ask, tell
 from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.messages import AdmissionRefused, ReleaseReservation, ReserveRoute
+from sessionwarden.actors.shells import SummariserCooling
 from sessionwarden.cmd.daemon.proxy.calls import (
     ProxiedCall,
     admit,
@@ -79,6 +81,7 @@ from sessionwarden.domain.cost.worst_case import output_bound
 from sessionwarden.domain.errors import NoCredential
 from sessionwarden.domain.keys.ratelimits import rate_limit_headers
 from sessionwarden.errors import Unavailable
+from sessionwarden.events.times import format_time
 from sessionwarden.redact import default_redactor
 from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.client import UpstreamResponse, forwarded_headers
@@ -144,6 +147,13 @@ async def summarise(rt: Runtime, work: SummaryWork, *,
 
 async def _summarise(rt: Runtime, work: SummaryWork, timeout_s: float) -> SummaryResult:
     provider, model = work.provider, work.model
+    until = await _cooling(rt, f"{provider}/{model}")
+    if until is not None:
+        # Another session's failures (or a restart's log) say the model is cooling: it is
+        # not asked, and the builtin summary stands in.
+        return SummaryResult("", f"{provider}/{model}",
+                             f"cooling down until {format_time(until)} after failures",
+                             cooling=True)
     attempt = await _attempt(rt, work, provider, model, timeout_s)
     used_fallback = False
     fallback = (work.fallback_provider, work.fallback_model)
@@ -168,6 +178,15 @@ async def _summarise(rt: Runtime, work: SummaryWork, timeout_s: float) -> Summar
         logger.warning("summary for call {} by {} failed: {}", work.call_id, name,
                        attempt.failure)
     return SummaryResult("", name, attempt.failure, used_fallback, over_cap=attempt.over_cap)
+
+
+async def _cooling(rt: Runtime, model: str) -> datetime | None:
+    """Until when ``model`` is cooling across sessions (the CompressorActor), or None."""
+    try:
+        until: datetime | None = await ask(rt.compressor, SummariserCooling(model))
+    except Unavailable:
+        return None  # nobody knows better: the session's own ladder still applies
+    return until
 
 
 def _accept(text: str, max_chars: int) -> str | None:

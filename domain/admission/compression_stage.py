@@ -188,9 +188,12 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
         # Over a spend cap nothing was sent and the model did not fail: the builtin
         # summary stands in, with no cooldown (issue 21, item 6).
         over_cap = isinstance(result, SummaryResult) and result.over_cap
+        # Cooling after another session's failures: not asked, so no failure of ours
+        # (a cooldown counted again here would only lengthen the shared one).
+        cooling = isinstance(result, SummaryResult) and result.cooling
         return _failed(config, request, prepared, codec, threshold, fixed, health, now,
                        compressed, target, reason or "no summary", events,
-                       tried=not over_cap, builtin_anyway=over_cap)
+                       tried=not (over_cap or cooling), builtin_anyway=over_cap)
 
     return Need(work, resume)
 

@@ -169,6 +169,8 @@ class SummaryResult(msgspec.Struct, frozen=True):
         used_fallback: the summary model was missing and the session's model was asked.
         over_cap: the summary's worst case did not fit a spend cap (or could not be
             held): nothing was sent, and the builtin summary stands in (module doc).
+        cooling: the model is cooling after failures (another session's, or before a
+            restart): it was not asked.
     """
 
     text: str = ""
@@ -176,6 +178,7 @@ class SummaryResult(msgspec.Struct, frozen=True):
     failure: str = ""
     used_fallback: bool = False
     over_cap: bool = False
+    cooling: bool = False
 
 
 # ------------------------------------------------------------------------ the prompt

@@ -164,3 +164,58 @@ def test_abort_forwards_the_whole_history_when_the_summary_fails(
         assert upstream(fake)[-1].body["messages"] == histories[-1]
     finally:
         daemon.stop()
+
+
+def compress_now(daemon: InProcessDaemon, session: str) -> None:
+    """Play the agent session, with no time passing, until its first compression."""
+    with daemon.openai(session=session) as client:
+        for messages in agent_session(40):
+            client.chat.completions.create(model="small", messages=messages)  # type: ignore[arg-type]
+            if [e for e in events(daemon, session)
+                    if isinstance(e, ContextCompressed | SummariserFailed)]:
+                return
+    raise AssertionError(f"{session} was never compressed")
+
+
+def summary_requests(fake: FakeProviderServer) -> int:
+    return sum(1 for r in fake.state.snapshot()
+               if r.path.endswith("/chat/completions") and r.body.get("model") == "sum-model")
+
+
+def test_a_summary_model_failing_for_one_session_is_cooling_for_the_others(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    fake.state.by_model["sum-model"] = {"status": 503}
+    first = make(tmp_path, fake).start()
+    try:
+        compress_now(first, "a")
+        [failed] = [e for e in events(first, "a") if isinstance(e, SummariserFailed)]
+        assert failed.cooldown_s == 60.0
+        asked = summary_requests(fake)
+        assert asked >= 1
+        # Another session, inside the cooldown: the model is not asked again.
+        compress_now(first, "b")
+        [cooling] = [e for e in events(first, "b") if isinstance(e, SummariserFailed)]
+        assert cooling.reason.startswith("cooling down until") and cooling.cooldown_s == 0
+        assert summary_requests(fake) == asked
+        [compressed] = [e for e in events(first, "b") if isinstance(e, ContextCompressed)]
+        assert compressed.summariser == "builtin-fallback"
+        clock = first.clock
+    finally:
+        first.stop()
+    # A restart keeps the cooldown (it is folded from the log), and its end ends it.
+    second = make(tmp_path, fake)
+    second.clock = clock
+    second.start()
+    try:
+        compress_now(second, "c")
+        assert summary_requests(fake) == asked
+        assert isinstance(clock, FakeClock)
+        clock.advance(61)
+        fake.state.by_model["sum-model"] = {"reply": SUMMARY}
+        compress_now(second, "d")
+        assert summary_requests(fake) == asked + 1
+        [done] = [e for e in events(second, "d") if isinstance(e, ContextCompressed)]
+        assert (done.summariser, done.model) == ("model", "fake/sum-model")
+    finally:
+        second.stop()
