@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import openai
 import pytest
 import uvicorn
 from sessionwarden.clock import Clock
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.cmd.daemon.runtime import Runtime
 from sessionwarden.cmd.daemon.server import DaemonApp
 from sessionwarden.cmd.daemon.start import _Lifespan
@@ -27,6 +29,7 @@ from sessionwarden.config import parse_config
 from sessionwarden.domain.admission.pipeline import Pipeline
 
 from tests.cmd.daemon_fixtures import config_text
+from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer, QuickServer
 
 
@@ -110,3 +113,31 @@ def inprocess(tmp_path: Path, fake: FakeProviderServer) -> Iterator[InProcessDae
         yield daemon.start()
     finally:
         daemon.stop()
+
+
+@pytest.fixture
+def made() -> Iterator[list[InProcessDaemon]]:
+    """Daemons a test starts with :func:`start_made`; every one is stopped at teardown."""
+    daemons: list[InProcessDaemon] = []
+    try:
+        yield daemons
+    finally:
+        for daemon in daemons:
+            daemon.stop()
+
+
+def start_made(made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer,
+               extra: str, **keys: str) -> InProcessDaemon:
+    """A daemon on ``tmp_path``'s log with ``extra`` config and ``keys`` added, started on a
+    fake clock (2026-12-02 12:00 UTC) and stopped at the test's end."""
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=extra,
+                             clock=FakeClock(datetime(2026, 12, 2, 12, 0, tzinfo=UTC)))
+    daemon.keys.update(keys)
+    made.append(daemon)
+    return daemon.start()
+
+
+def nothing_open(daemon: InProcessDaemon) -> None:
+    """No call is left open and the log verifies (the daemon may still run)."""
+    assert daemon.rows("SELECT call_id FROM view_calls_open") == []
+    assert main(["replay", "--verify", "--db", str(daemon.db)]) == 0

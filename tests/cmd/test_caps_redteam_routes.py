@@ -16,21 +16,16 @@ In-process daemons on a fake clock against the fake upstream, which answers what
 import secrets
 import threading
 import time
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-from sessionwarden.cmd.cli.main import main
 from sessionwarden.events import CODEC, CallCompleted, CallResent
 
-from tests.cmd.inprocess import InProcessDaemon
+from tests.cmd.inprocess import InProcessDaemon, nothing_open, start_made
 from tests.cmd.key_fixtures import GENUINE
 from tests.cmd.test_unreachable_provider import closed_port
-from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer
 
 PRICE = 'price = { input = "2.00", output = "8.00" }'
@@ -42,25 +37,6 @@ def usage(prompt: int, completion: int) -> dict[str, Any]:
     return {"usage": "custom", "usage_block": {
         "prompt_tokens": prompt, "completion_tokens": completion,
         "total_tokens": prompt + completion}}
-
-
-@pytest.fixture
-def made() -> Iterator[list[InProcessDaemon]]:
-    daemons: list[InProcessDaemon] = []
-    try:
-        yield daemons
-    finally:
-        for daemon in daemons:
-            daemon.stop()
-
-
-def start(made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer,
-          extra: str, **keys: str) -> InProcessDaemon:
-    clock = FakeClock(datetime(2026, 12, 2, 12, 0, tzinfo=UTC))
-    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=extra, clock=clock)
-    daemon.keys.update(keys)
-    made.append(daemon)
-    return daemon.start()
 
 
 def post(daemon: InProcessDaemon, session: str, body: dict[str, Any]) -> httpx.Response:
@@ -95,23 +71,16 @@ def settled(daemon: InProcessDaemon, session: str) -> None:
         time.sleep(0.02)
 
 
-def nothing_open(daemon: InProcessDaemon) -> None:
-    assert daemon.rows("SELECT call_id FROM view_calls_open") == []
-    assert main(["replay", "--verify", "--db", str(daemon.db)]) == 0
-
-
-# -- item 5: the fallback route ---------------------------------------------------------
-
-
-def test_a_fallback_route_holds_its_provider_s_daily_cap(
-    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
-) -> None:
+def with_backup_route(made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer,
+                      daily_usd: str) -> InProcessDaemon:
+    """A daemon whose model "main" (provider fake) falls back to "pricey" on provider
+    "backup" (its own key, a daily cap of ``daily_usd``), with fake's keys run out."""
     extra = f"""
 [[providers]]
 name = "backup"
 base_url = "{fake.base_url}"
 keys = ["env:BACKUP_KEY"]
-daily_usd = "0.01"
+daily_usd = "{daily_usd}"
 [[models]]
 name = "pricey"
 provider = "backup"
@@ -123,9 +92,20 @@ provider = "fake"
 context_length = 128000
 fallback = "pricey"
 """
-    daemon = start(made, tmp_path, fake, extra, BACKUP_KEY="sk-test-bk-" + secrets.token_hex(8))
+    daemon = start_made(made, tmp_path, fake, extra,
+                        BACKUP_KEY="sk-test-bk-" + secrets.token_hex(8))
     for name in ("FAKE_KEY_A", "FAKE_KEY_B"):  # the main provider's keys run out (2 h)
         fake.state.by_key[daemon.keys[name]] = GENUINE
+    return daemon
+
+
+# -- item 5: the fallback route ---------------------------------------------------------
+
+
+def test_a_fallback_route_holds_its_provider_s_daily_cap(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = with_backup_route(made, tmp_path, fake, "0.01")
     # Each call may cost 250 output tokens ($0.002) and costs $0.00202: four fit in the
     # backup's $0.01 a day. The first call fails over from key to key, then goes to the
     # route; the later ones find every key benched at their start.
@@ -166,26 +146,7 @@ fallback = "pricey"
 def test_a_route_its_call_alone_exceeds_is_refused_after_the_last_key_failed(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    extra = f"""
-[[providers]]
-name = "backup"
-base_url = "{fake.base_url}"
-keys = ["env:BACKUP_KEY"]
-daily_usd = "0.001"
-[[models]]
-name = "pricey"
-provider = "backup"
-context_length = 128000
-{PRICE}
-[[models]]
-name = "main"
-provider = "fake"
-context_length = 128000
-fallback = "pricey"
-"""
-    daemon = start(made, tmp_path, fake, extra, BACKUP_KEY="sk-test-bk-" + secrets.token_hex(8))
-    for name in ("FAKE_KEY_A", "FAKE_KEY_B"):
-        fake.state.by_key[daemon.keys[name]] = GENUINE
+    daemon = with_backup_route(made, tmp_path, fake, "0.001")
     answer = post(daemon, "s", {"model": "main", "messages": HI, "max_tokens": 250})
     assert answer.status_code == 402
     error = answer.json()["error"]
@@ -225,7 +186,7 @@ provider = "fake"
 context_length = 128000
 {PRICE}
 """
-    daemon = start(made, tmp_path, fake, extra, DEAD_KEY="sk-test-dead-" + "7" * 16)
+    daemon = start_made(made, tmp_path, fake, extra, DEAD_KEY="sk-test-dead-" + "7" * 16)
     # "cheap" reserves next to nothing; its unreachable provider sends every call to
     # "pricey", where each may cost $0.002: seven fit in the $0.015 session cap.
     statuses: list[int] = []
@@ -295,7 +256,7 @@ def recorded(daemon: InProcessDaemon, session: str, call_id: str) -> CallComplet
 def test_a_stream_drained_past_its_bound_is_charged_no_more_than_its_reservation(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    daemon = start(made, tmp_path, fake, CAPPED)
+    daemon = start_made(made, tmp_path, fake, CAPPED)
     fake.state.by_model["priced"] = OVERRUN
     body = {"model": "priced", "messages": HI, "max_tokens": 100, "stream": True}
     with httpx.stream("POST", f"http://127.0.0.1:{daemon.port}/v1/chat/completions",
@@ -323,7 +284,7 @@ def test_a_stream_drained_past_its_bound_is_charged_no_more_than_its_reservation
 def test_a_connected_stream_past_its_bound_is_cut_there(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    daemon = start(made, tmp_path, fake, CAPPED)
+    daemon = start_made(made, tmp_path, fake, CAPPED)
     fake.state.by_model["priced"] = OVERRUN
     body = {"model": "priced", "messages": HI, "max_tokens": 100, "stream": True}
     with httpx.stream("POST", f"http://127.0.0.1:{daemon.port}/v1/chat/completions",
@@ -346,7 +307,7 @@ def test_a_connected_stream_past_its_bound_is_cut_there(
 def test_an_honest_stream_that_ends_at_its_limit_is_relayed_whole(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    daemon = start(made, tmp_path, fake, CAPPED)
+    daemon = start_made(made, tmp_path, fake, CAPPED)
     # 100 tokens of 5 characters, one an event: more than 100 tokens by characters / 4,
     # but an answer that stopped at its max_tokens, as its usage says.
     fake.state.by_model["priced"] = {"reply": "word " * 100, "stream_chunks": 100,

@@ -12,21 +12,17 @@ In-process daemons on a fake clock against the fake upstream; the ``priced`` mod
 costs $2 / $8 per million input / output tokens.
 """
 
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from sessionwarden.cmd.cli.main import main
 from sessionwarden.domain.cost.lineage import MAX_ANCESTRY
 from sessionwarden.events import CODEC, CallRefused, SessionStarted
 from sessionwarden.store import EventLog
 from sessionwarden.views.budget_status import read_budget
 
-from tests.cmd.inprocess import InProcessDaemon
-from tests.support.clock import FakeClock
+from tests.cmd.inprocess import InProcessDaemon, nothing_open, start_made
 from tests.support.fake_provider import FakeProviderServer
 
 MODEL = """
@@ -41,24 +37,6 @@ HI = [{"role": "user", "content": "hi"}]
 #: The fake's usage for a call of $0.01: 1,000 tokens in ($0.002), 1,000 out ($0.008).
 CENT = {"fake": {"usage": "custom", "usage_block": {
     "prompt_tokens": 1000, "completion_tokens": 1000, "total_tokens": 2000}}}
-
-
-@pytest.fixture
-def made() -> Iterator[list[InProcessDaemon]]:
-    daemons: list[InProcessDaemon] = []
-    try:
-        yield daemons
-    finally:
-        for daemon in daemons:
-            daemon.stop()
-
-
-def start(made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer,
-          extra: str) -> InProcessDaemon:
-    clock = FakeClock(datetime(2026, 12, 2, 12, 0, tzinfo=UTC))
-    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=extra, clock=clock)
-    made.append(daemon)
-    return daemon.start()
 
 
 def post(client: httpx.Client, session: str, parent: str = "", **body: Any) -> httpx.Response:
@@ -84,18 +62,13 @@ def error_of(reply: httpx.Response) -> dict[str, Any]:
     return error
 
 
-def verified(daemon: InProcessDaemon) -> None:
-    assert daemon.rows("SELECT call_id FROM view_calls_open") == []
-    assert main(["replay", "--verify", "--db", str(daemon.db)]) == 0
-
-
 # -- item 4: X-Session-Parent chains ------------------------------------------------------
 
 
 def test_a_subagent_loop_past_the_ancestry_bound_is_refused_not_a_new_root(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    daemon = start(made, tmp_path, fake, CAPPED)
+    daemon = start_made(made, tmp_path, fake, CAPPED)
     depth = MAX_ANCESTRY + 6
     with client_of(daemon) as client:
         # The root spends its $0.015 cap up: $0.02 in two calls.
@@ -133,20 +106,20 @@ def test_a_subagent_loop_past_the_ancestry_bound_is_refused_not_a_new_root(
     started = CODEC.decode(first.type, first.data)
     assert isinstance(started, SessionStarted)  # the parent it named, as named
     assert started.parent_session_id == f"c{MAX_ANCESTRY - 1}"
-    verified(daemon)
+    nothing_open(daemon)
     daemon.stop()
-    again_daemon = start(made, tmp_path, fake, CAPPED)  # a restart cuts the same link
+    again_daemon = start_made(made, tmp_path, fake, CAPPED)  # a restart cuts the same link
     with client_of(again_daemon) as client:
         assert post(client, f"c{MAX_ANCESTRY + 1}").status_code == 400
         assert post(client, f"c{MAX_ANCESTRY - 1}").status_code == 402  # root's cap
         assert post(client, "bystander").status_code == 200
-    verified(again_daemon)
+    nothing_open(again_daemon)
 
 
 def test_a_parent_that_makes_a_cycle_is_refused(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    daemon = start(made, tmp_path, fake, CAPPED)
+    daemon = start_made(made, tmp_path, fake, CAPPED)
     with client_of(daemon) as client:
         assert post(client, "a", "b").status_code == 200  # b is not known yet
         loop = post(client, "b", "a")  # b would be a's parent and its child
@@ -163,19 +136,19 @@ def test_a_parent_that_makes_a_cycle_is_refused(
         budget = client.get("/v1/sessions/a/budget").json()
     assert budget["parent"] == "b"
     assert len(fake.state.snapshot()) == 2
-    verified(daemon)
+    nothing_open(daemon)
     daemon.stop()
-    again = start(made, tmp_path, fake, CAPPED)  # a restart cuts the same link
+    again = start_made(made, tmp_path, fake, CAPPED)  # a restart cuts the same link
     with client_of(again) as client:
         assert [post(client, s).status_code for s in ("a", "b", "c")] == [400, 400, 400]
         assert client.get("/v1/sessions/a/budget").json()["parent"] == "b"
-    verified(again)
+    nothing_open(again)
 
 
 def test_a_parent_named_late_holds_the_subtree_that_called_first(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    daemon = start(made, tmp_path, fake, CAPPED)
+    daemon = start_made(made, tmp_path, fake, CAPPED)
     with client_of(daemon) as client:
         assert [post(client, "boss", **CENT).status_code for _ in range(2)] == [200, 200]
         # A subagent's subagent calls first, naming a parent that never called yet.
@@ -186,13 +159,13 @@ def test_a_parent_named_late_holds_the_subtree_that_called_first(
         assert post(client, "grandkid").status_code == 402
         budget = client.get("/v1/sessions/kid/budget").json()
     assert budget["parent"] == "boss"
-    verified(daemon)
+    nothing_open(daemon)
 
 
 def test_a_deep_chain_run_before_any_cap_is_held_once_a_cap_is_set(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    daemon = start(made, tmp_path, fake, MODEL)  # no cap: the ledger is not on the path
+    daemon = start_made(made, tmp_path, fake, MODEL)  # no cap: the ledger is not on the path
     depth = MAX_ANCESTRY + 6
     with client_of(daemon) as client:
         for i in range(1, depth + 1):  # each session spends $0.01
@@ -212,7 +185,7 @@ def test_a_deep_chain_run_before_any_cap_is_held_once_a_cap_is_set(
         assert deep.status_code == 400, deep.text
         assert error_of(deep)["code"] == "session_parent_too_deep"
         assert post(client, "elsewhere").status_code == 200
-    verified(daemon)
+    nothing_open(daemon)
     # With the daemon stopped, `status --session` reads the same spend from the log: the
     # whole chain, as the ledger counts it (it stopped at depth 64: $0.64).
     with EventLog(daemon.db, readonly=True) as log:
@@ -232,7 +205,7 @@ def test_a_non_integer_count_or_limit_is_refused_naming_the_field(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer,
     field: str, value: Any,
 ) -> None:
-    daemon = start(made, tmp_path, fake, CAPPED)
+    daemon = start_made(made, tmp_path, fake, CAPPED)
     with client_of(daemon) as client:
         reply = post(client, "lenient", **{field: value})
         assert reply.status_code == 400, reply.text
@@ -246,13 +219,13 @@ def test_a_non_integer_count_or_limit_is_refused_naming_the_field(
         assert ok.status_code == 200, ok.text
     [refused] = refusals(daemon, "lenient")
     assert (refused.stage, refused.status) == ("validation", 400)
-    verified(daemon)
+    nothing_open(daemon)
 
 
 def test_two_hundred_images_reserve_their_input_and_are_refused_under_a_small_cap(
     made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    daemon = start(made, tmp_path, fake, CAPPED)
+    daemon = start_made(made, tmp_path, fake, CAPPED)
     image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
     many = [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
                                          *[image] * 200]}]
@@ -270,4 +243,4 @@ def test_two_hundred_images_reserve_their_input_and_are_refused_under_a_small_ca
         assert two.status_code == 402
         assert client.get("/v1/sessions/album/budget").json()["reserved"] == "0"
     assert len(fake.state.snapshot()) == 1
-    verified(daemon)
+    nothing_open(daemon)
