@@ -342,6 +342,11 @@ class CredentialPoolActor(GovernedActor):
         self._unusable[provider.name] = why
         logger.warning("provider {} is unusable, calls to it get 503: {}", provider.name, why)
 
+    def _pool_and_health(self, provider: str) -> tuple[Pool, ProviderHealth] | None:
+        """``provider``'s pool and key health, or None for a provider we do not know."""
+        pool, health = self._pools.get(provider), self._health.get(provider)
+        return None if pool is None or health is None else (pool, health)
+
     def handle(self, message: object, reply: Reply) -> object:
         """Dispatch the pool's messages (Lease, Release, KeyFailed, RequestFault, …)."""
         if isinstance(message, Lease):
@@ -377,10 +382,10 @@ class CredentialPoolActor(GovernedActor):
                                                              message.fingerprint)
             return None
         if isinstance(message, KeyFailed):
-            pool = self._pools.get(message.provider)
-            health = self._health.get(message.provider)
-            if pool is None or health is None:
+            found = self._pool_and_health(message.provider)
+            if found is None:
                 return False
+            pool, health = found
             events = health.failed(pool.fingerprints(), message.fingerprint, message.failure,
                                    self._clock.now())
             if events:
@@ -391,10 +396,10 @@ class CredentialPoolActor(GovernedActor):
                 self._append(message.provider, events)
             return True
         if isinstance(message, RequestFault):
-            pool = self._pools.get(message.provider)
-            health = self._health.get(message.provider)
-            if pool is None or health is None:
+            found = self._pool_and_health(message.provider)
+            if found is None:
                 return False
+            pool, health = found
             same, events = health.request_fault(pool.fingerprints(), message.fingerprint,
                                                 message.failure, message.before,
                                                 self._clock.now())
@@ -402,10 +407,10 @@ class CredentialPoolActor(GovernedActor):
                 self._append(message.provider, events)
             return same
         if isinstance(message, NextReturn):
-            pool = self._pools.get(message.provider)
-            health = self._health.get(message.provider)
-            if pool is None or health is None or not pool.keys:
+            found = self._pool_and_health(message.provider)
+            if found is None or not found[0].keys:
                 return None
+            pool, health = found
             return health.next_return(pool.fingerprints(), self._clock.now())
         if isinstance(message, _NotRecorded):
             raise ActorCrash(f"provider {message.provider}: key health not recorded: "
