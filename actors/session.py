@@ -10,9 +10,9 @@ it is sent, and every call that returned to a client is in the ledger.
 Many sessions must not mean many threads, so a fixed number of shards share them, chosen
 by a stable hash of the session id. A shard keeps recent sessions in an LRU map and
 passivates the least recently used once it holds too many; a session is recovered on
-demand by :meth:`SessionActor.load` from the views (``view_sessions`` and the open calls
-of ``view_calls_open``), which the store keeps in step with the stream. A session with
-appends in flight is never passivated, so a recovery never reads a view about to change.
+demand by :meth:`SessionActor.load`, folded from its stream (its governed history too,
+rebuilt from the call records and the log's contents). A session with appends in flight
+is never passivated, so a recovery never reads a stream about to grow.
 
 Stream ``session-<id>``: SessionStarted (with ``NO_STREAM``: once only), CallAdmitted,
 CallRefused, CallCompleted (idempotency key ``done:<call id>``: at most one per call).
@@ -58,8 +58,9 @@ from sessionwarden.domain.calls import complete_call
 from sessionwarden.domain.context.transcript import content_key
 from sessionwarden.domain.cost.price_book import PriceBook
 from sessionwarden.domain.errors import UnknownCall
-from sessionwarden.domain.session import OpenCall, SessionState, session_stream
+from sessionwarden.domain.session import SessionState, recover, resume, session_stream
 from sessionwarden.events import (
+    CODEC,
     CallResent,
     CompactionRequested,
     CompactionSkipped,
@@ -177,22 +178,19 @@ class SessionActor(GovernedActor):
     # -- state ---------------------------------------------------------------------------
 
     def load(self, session_id: str) -> SessionState:
-        """The one loader: a session's state from the views (a new one if never seen)."""
-        conn = self._log.read_connection()
-        with conn:  # one read transaction: the session row and its open calls agree
-            row = conn.execute(
-                "SELECT calls, refused FROM view_sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            open_calls = {
-                call_id: OpenCall(provider, model, estimated)
-                for call_id, provider, model, estimated in conn.execute(
-                    "SELECT call_id, provider, model, estimated_tokens FROM view_calls_open"
-                    " WHERE session_id = ?", (session_id,))
-            }
-        if row is None:
-            return SessionState(session_id, open_calls=open_calls)
-        return SessionState(session_id, started=True, calls=row[0], refused=row[1],
-                            open_calls=open_calls)
+        """The one loader: a session's state folded from its stream (new if never seen).
+
+        Its governed history too (``domain.context.rebuild``), with the stand-ins and
+        the summary state read from the log's contents: the next resend goes upstream
+        byte for byte as it would have without the restart or the passivation.
+        """
+        stream = session_stream(session_id)
+        state, history = recover(session_id, (
+            (CODEC.decode(record.type, record.data), record.recorded_at)
+            for record in self._log.read_stream(stream)))
+        needs = history.needs()
+        resume(state, history, self._log.read_contents(needs) if needs else {})
+        return state
 
     def _get(self, session_id: str) -> SessionState:
         state = self._sessions.get(session_id)

@@ -137,7 +137,7 @@ def main() -> None:
         sent = [r for r in fake.state.snapshot() if r.path.endswith("/chat/completions")]
         forwarded = [r.raw for r in sent if r.body and "messages" in r.body]
         _, by_type, _ = used_bytes(db)
-    compressions = by_type.get("context.compressed.v1", 0)
+    compressions = by_type.get("context.compressed.v2", 0)
     too_long = fake.state.counters["too_long"]
     refused_base = sum(prompt_tokens(json.loads(b)) > WINDOW for b in baseline)
     log(f"\n{'':<14} {'compr/100':>9} {'too long':>8} {'largest':>10} {'/window':>8} "

@@ -7,10 +7,24 @@ changes it, so an actor that decides, appends and folds, and one that rebuilds t
 from the log, end in the same state.
 """
 
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import NamedTuple
 
-from sessionwarden.domain.context.history import ContextUpdate
-from sessionwarden.domain.context.trigger import Calibration, calibrate, record_reading
+from sessionwarden.domain.context.history import ContextUpdate, GovernedHistory
+from sessionwarden.domain.context.rebuild import HistoryFold
+from sessionwarden.domain.context.summariser import (
+    SummariserHealth,
+    record_failure,
+    record_success,
+)
+from sessionwarden.domain.context.trigger import (
+    Calibration,
+    CompressionGuard,
+    calibrate,
+    record_compression,
+    record_reading,
+)
 from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
@@ -22,9 +36,11 @@ from sessionwarden.events import (
     ContextLimits,
     Event,
     SessionStarted,
+    SummariserFailed,
 )
+from sessionwarden.events.times import parse_time
 
-__all__ = ["OpenCall", "SessionState", "session_id_of", "session_stream"]
+__all__ = ["OpenCall", "SessionState", "recover", "session_id_of", "session_stream"]
 
 _PREFIX = "session-"
 
@@ -61,11 +77,12 @@ class SessionState:
         context: the governed history, guard and trigger (memory only: None until the
             first admission of this instance; ``domain.context.history.ContextUpdate``).
         calibration: per upstream model, our estimate's correction by its last reading.
-        limits: the context limits last recorded (CallAdmitted's ``limits``) by this
-            instance; None until one is (a session loaded afresh records them again).
+        limits: the context limits last recorded (CallAdmitted's ``limits``).
+        lost: why the governed history could not be rebuilt from the log ("": it was,
+            or there was none); the next call's HistoryReset says it.
     """
 
-    __slots__ = ("calibration", "calls", "compaction", "context", "limits", "open",
+    __slots__ = ("calibration", "calls", "compaction", "context", "limits", "lost", "open",
                  "refused", "session_id", "started")
 
     def __init__(self, session_id: str, *, started: bool = False, calls: int = 0,
@@ -80,6 +97,7 @@ class SessionState:
         self.context: ContextUpdate | None = None
         self.calibration: dict[str, Calibration] = {}
         self.limits: ContextLimits | None = None
+        self.lost = ""
 
     def fold(self, event: Event) -> None:
         """Apply one of the session's events."""
@@ -126,3 +144,54 @@ class SessionState:
     def __repr__(self) -> str:
         return (f"SessionState({self.session_id!r}, started={self.started}, "
                 f"calls={self.calls}, open={len(self.open)})")
+
+
+def recover(session_id: str, recorded: Iterable[tuple[Event, str]]
+            ) -> tuple[SessionState, HistoryFold]:
+    """A session's state folded from its events ``(event, recorded_at)``, in log order.
+
+    Everything but the governed history's bytes: the caller reads the contents the
+    returned fold :meth:`~HistoryFold.needs` and finishes with :func:`resume`. The guard
+    counts the compressions admitted and the readings that judged them, the summariser's
+    health its failures and successes, and ``last_at`` is the last governed admission's
+    time, as the live admissions left them.
+    """
+    state = SessionState(session_id)
+    history = HistoryFold()
+    context = ContextUpdate(GovernedHistory(), CompressionGuard(), threshold=0)
+    state.context = context  # so the readings folded below judge the compressions
+    health = SummariserHealth()
+    last_at = ""
+    for event, at in recorded:
+        for decided in history.fold(event):
+            if isinstance(decided, ContextCompressed):
+                context = state.context
+                state.context = context._replace(guard=record_compression(context.guard))
+                if decided.summariser == "model":
+                    health = record_success(health)
+            elif isinstance(decided, SummariserFailed) and decided.cooldown_s:
+                health = record_failure(health, parse_time(at) or datetime.min)
+        state.fold(event)
+        if isinstance(event, CallAdmitted) and not event.purpose and event.request:
+            last_at = at
+        if isinstance(event, CallAdmitted) and event.limits is not None:
+            limits = event.limits
+            state.context = state.context._replace(
+                threshold=limits.threshold, window=limits.window,
+                compression=limits.compression)
+    state.context = state.context._replace(health=health, last_at=parse_time(last_at))
+    return state, history
+
+
+def resume(state: SessionState, history: HistoryFold, contents: Mapping[str, bytes]) -> None:
+    """Give ``state`` the governed history ``history`` rebuilds from ``contents``."""
+    context = state.context
+    if context is None:
+        return
+    rebuilt = history.result(contents)
+    if isinstance(rebuilt, str):
+        state.context, state.lost = None, rebuilt
+    elif not rebuilt.call_id and not state.calls:
+        state.context = None  # never governed a call: as a new session
+    else:
+        state.context = context._replace(history=rebuilt)

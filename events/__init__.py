@@ -12,6 +12,7 @@ from sessionwarden.events.base import Event, parse_tag
 from sessionwarden.events.budgets import BUDGETS_STREAM, SessionCapSet
 from sessionwarden.events.codec import EncodedEvent, EventCodec, Upcaster
 from sessionwarden.events.context import (
+    CONTEXT_UPCASTERS,
     SPILL_STREAM,
     CompactionRequested,
     CompactionSkipped,
@@ -50,6 +51,7 @@ __all__ = [
     "ALL_EVENTS",
     "BUDGETS_STREAM",
     "CODEC",
+    "CONTEXT_UPCASTERS",
     "CREDENTIAL_UPCASTERS",
     "OUTCOMES",
     "SESSION_UPCASTERS",
@@ -124,7 +126,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
 )
 
 #: Every upcaster from a retired tag to its successor.
-UPCASTERS: tuple[Upcaster, ...] = (*SESSION_UPCASTERS, *CREDENTIAL_UPCASTERS, *STORE_UPCASTERS)
+UPCASTERS: tuple[Upcaster, ...] = (*SESSION_UPCASTERS, *CONTEXT_UPCASTERS, *CREDENTIAL_UPCASTERS,
+                                   *STORE_UPCASTERS)
 
 #: Pre-release tags with no successor (see the module docstring).
 WITHDRAWN_TAGS = frozenset({

@@ -27,8 +27,10 @@ from typing import ClassVar
 
 import msgspec
 from sessionwarden.events.base import Event
+from sessionwarden.events.codec import Upcaster
 
 __all__ = [
+    "CONTEXT_UPCASTERS",
     "SPILL_STREAM",
     "CompactionRequested",
     "CompactionSkipped",
@@ -62,6 +64,15 @@ class RequestRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     ``stored`` is False when message recording is off: then only keys and sizes are
     known. ``withheld`` lists the keys of contents not stored because they held an API
     key the daemon uses (the log never stores one).
+
+    What a restart needs to rebuild the governed history without reading an item again
+    (``domain.context.rebuild``; empty in records written before CallAdmitted v5):
+    ``tokens`` and ``sources`` run beside ``appended``: each item's token estimate, and
+    the client item it forwards unchanged (its index among the client's non-system
+    items; -1 for a stand-in: a spill's preview, a pruned form, a summary). ``covers``
+    is how many client items the governed history stands for after this call, and
+    ``replaced`` the digests (hex) of the client items it newly covers that no appended
+    item forwards unchanged (spilled, or summarised at once), in order.
     """
 
     fields: ContentRef | None = None
@@ -72,6 +83,10 @@ class RequestRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     appended: tuple[ContentRef, ...] = ()
     stored: bool = True
     withheld: tuple[str, ...] = ()
+    tokens: tuple[int, ...] = ()
+    sources: tuple[int, ...] = ()
+    covers: int = 0
+    replaced: tuple[str, ...] = ()
 
 
 class ContextLimits(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -137,10 +152,14 @@ class ContextCompressed(Event, frozen=True):
     ``"builtin-fallback"`` when the model failed; ``tokens_before`` / ``tokens_after``
     are the best figures (``source`` ``real`` or ``estimated``) against ``threshold``;
     ``summarised`` messages went into the summary (``summary``: its content key),
-    ``pruned`` tool outputs were shortened in phase 1.
+    ``pruned`` tool outputs were shortened in phase 1. Version 2 added ``state``: the
+    summary a later compression updates (the builtin's structure as JSON, or a model's
+    text as a JSON string), stored so a restart rebuilds it; and ``prepared``, whether
+    the compaction was prepared ahead (off the call's path), with ``waited_ms``, how long
+    the call waited for it.
     """
 
-    TAG: ClassVar[str] = "context.compressed.v1"
+    TAG: ClassVar[str] = "context.compressed.v2"
 
     call_id: str
     trigger: str = "threshold"
@@ -156,6 +175,9 @@ class ContextCompressed(Event, frozen=True):
     summarised: int = 0
     pruned: int = 0
     summary: ContentRef = ("", 0)
+    state: ContentRef = ("", 0)
+    prepared: bool = False
+    waited_ms: int = 0
 
 
 class SummariserFailed(Event, frozen=True):
@@ -213,3 +235,6 @@ class SpillEvicted(Event, frozen=True):
     reason: str = "quota"
     quota_bytes: int = 0
     used_bytes: int = 0
+
+
+CONTEXT_UPCASTERS = (Upcaster("context.compressed.v1", "context.compressed.v2", dict),)

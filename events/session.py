@@ -55,6 +55,8 @@ SESSION_UPCASTERS = (
     Upcaster("session.call_admitted.v1", "session.call_admitted.v2", _drop_session_id),
     Upcaster("session.call_admitted.v2", "session.call_admitted.v3", dict),
     Upcaster("session.call_admitted.v3", "session.call_admitted.v4", dict),
+    Upcaster("session.call_admitted.v4", "session.call_admitted.v5", dict),
+    Upcaster("session.call_resent.v1", "session.call_resent.v2", dict),
     Upcaster("session.call_completed.v1", "session.call_completed.v2", dict),
     Upcaster("session.call_completed.v2", "session.call_completed.v3", dict),
 )
@@ -70,10 +72,12 @@ class CallAdmitted(Event, frozen=True):
     names it) and the in-payload tag; version 3 added ``purpose``, ``parent_call`` and
     ``request``: what was sent upstream, by content keys (``events.context``); version 4
     added ``limits``: the threshold and window the call was governed under, when they
-    changed (``events.context.ContextLimits``).
+    changed (``events.context.ContextLimits``); version 5 records, in ``request``, what a
+    restart needs to rebuild the governed history (each item's estimate and source, the
+    client items covered).
     """
 
-    TAG: ClassVar[str] = "session.call_admitted.v4"
+    TAG: ClassVar[str] = "session.call_admitted.v5"
 
     call_id: str
     provider: str
@@ -113,9 +117,10 @@ class CallResent(Event, frozen=True):
     ``provider`` and ``model`` the route now taken). ``request`` records what goes
     upstream now, by content keys, as CallAdmitted's does. A call's latest record is
     the one a later call's record builds on, and the one ``replay --call`` rebuilds.
+    Version 2: ``request`` as CallAdmitted v5's.
     """
 
-    TAG: ClassVar[str] = "session.call_resent.v1"
+    TAG: ClassVar[str] = "session.call_resent.v2"
 
     call_id: str
     reason: str = ""

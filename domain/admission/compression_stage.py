@@ -34,7 +34,14 @@ from datetime import datetime
 from sessionwarden.config import Config, UnknownModel, find_model
 from sessionwarden.domain.admission.pipeline import Need, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
-from sessionwarden.domain.context.compression import Compaction, Prepared, builtin, finish, prepare
+from sessionwarden.domain.context.compression import (
+    Compaction,
+    Prepared,
+    builtin,
+    encode_summary,
+    finish,
+    prepare,
+)
 from sessionwarden.domain.context.conversation import ItemCodec
 from sessionwarden.domain.context.history import ContextUpdate, GovernedHistory
 from sessionwarden.domain.context.messages import Message
@@ -50,7 +57,7 @@ from sessionwarden.domain.context.summariser import (
     summary_request,
 )
 from sessionwarden.domain.context.summary import Summary, render
-from sessionwarden.domain.context.transcript import content_key
+from sessionwarden.domain.context.transcript import content_key, content_ref
 from sessionwarden.domain.context.trigger import (
     MAX_UNFIT_COMPRESSIONS,
     Calibration,
@@ -154,7 +161,8 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
             threshold=threshold, messages_before=compaction.messages_before,
             messages_after=len(compaction.history.items), summarised=compaction.summarised,
             pruned=compaction.pruned,
-            summary=(content_key(compaction.summary_raw), len(compaction.summary_raw)))
+            summary=(content_key(compaction.summary_raw), len(compaction.summary_raw)),
+            state=content_ref(encode_summary(compaction.history.summary)))
         if tokens_after > fit.room:
             return fit.refuse(tokens_after, [*events, *extra], compressed=True)
         return done(compaction.history, 0, [*events, *extra, event], update._replace(

@@ -29,14 +29,14 @@ actor adopts them once the admission is durable.
 
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 from sessionwarden.config import Config
 from sessionwarden.domain.admission.compression_stage import compress_step
 from sessionwarden.domain.admission.pipeline import Need, Proceed, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
-from sessionwarden.domain.context.compression import tokens_of
+from sessionwarden.domain.context.compression import summary_state, tokens_of
 from sessionwarden.domain.context.conversation import Conversation, ItemCodec
 from sessionwarden.domain.context.history import (
     ContextUpdate,
@@ -58,7 +58,7 @@ from sessionwarden.domain.context.spill_turns import (
 from sessionwarden.domain.context.transcript import content_ref
 from sessionwarden.domain.context.trigger import estimate_tokens
 from sessionwarden.domain.session import SessionState
-from sessionwarden.events import Event, HistoryReset, RequestRecord
+from sessionwarden.events import ContextCompressed, Event, HistoryReset, RequestRecord
 
 __all__ = ["ContextSettings", "govern"]
 
@@ -133,8 +133,8 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
                                        matched=recognition.matched))
             history = None
     elif state.calls:
-        events.append(HistoryReset(
-            call_id=request.call_id, reason="restarted or unloaded: no governed history"))
+        events.append(HistoryReset(call_id=request.call_id, reason="not rebuilt from the log: "
+                                   + (state.lost or "no governed history")))
     base = history or GovernedHistory()
     kept = len(base.items)
     # A stand-in whose spill file was evicted since it was sent says so from now on: the
@@ -203,7 +203,9 @@ def _extend(settings: ContextSettings, state: SessionState, call: _Call,
 
 def _system_tokens(call: _Call) -> int:
     """Tokens of the system items; the same items as the last call's are not read again."""
-    if call.system_refs == call.base.system:
+    # A history rebuilt from the log knows its system items' refs, not their estimate.
+    if call.system_refs == call.base.system and (call.base.system_tokens
+                                                 or not call.system_refs):
         return call.base.system_tokens
     system = 0
     for raw in call.system:
@@ -211,6 +213,23 @@ def _system_tokens(call: _Call) -> int:
         if not isinstance(read, str):
             system += tokens_of(read)
     return system
+
+
+def _rebuild_fields(history: GovernedHistory, kept: int, covered: int) -> dict[str, Any]:
+    """The record's fields a restart rebuilds the governed history from (RequestRecord).
+
+    ``covered``: how many client items the history covered before this call (0 after a
+    reset); the ones it covers now that no appended item forwards unchanged are named
+    by digest, since nothing else in the log says what they were.
+    """
+    added = history.items[kept:]
+    sourced = {item.source for item in added}
+    return {"tokens": tuple(item.tokens for item in added),
+            "sources": tuple(item.source for item in added),
+            "covers": len(history.client),
+            "replaced": tuple(history.client[i].hex()
+                              for i in range(covered, len(history.client))
+                              if i not in sourced)}
 
 
 def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, kept: int,
@@ -231,6 +250,7 @@ def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, ke
         base=history.call_id if same_base else "", kept=kept,
         appended=tuple((item.digest.hex(), item.size) for item in history.items[kept:]),
         stored=settings.record_messages,
+        **_rebuild_fields(history, kept, len(call.base.client)),
     )
     contents: tuple[tuple[str, bytes], ...] = ()
     if settings.record_messages:
@@ -241,6 +261,9 @@ def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, ke
                                                                 strict=True)]
         if record.fields is not None:
             candidates.insert(0, (fields_ref[0], fields))
+        # A compression's summary state (what the next one updates) is stored with it.
+        candidates.extend(summary_state(e, history) for e in events
+                          if isinstance(e, ContextCompressed) and e.state[0])
         contents = tuple(c for c in candidates if not settings.holds_secret(c[1]))
         if len(contents) < len(candidates):
             kept_keys = {key for key, _ in contents}

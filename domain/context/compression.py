@@ -30,6 +30,7 @@ at most 48,000).
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import msgspec
 from sessionwarden.config import CompressionConfig
 from sessionwarden.domain.context.boundaries import (
     BoundarySettings,
@@ -61,9 +62,11 @@ from sessionwarden.domain.context.summary import (
     with_end,
 )
 from sessionwarden.domain.context.trigger import estimate_tokens
+from sessionwarden.events import ContextCompressed
 
-__all__ = ["NOTE", "Compaction", "Prepared", "builtin", "finish", "is_summary", "prepare",
-           "summary_budget", "tokens_of", "turns_since_request"]
+__all__ = ["NOTE", "Compaction", "Prepared", "builtin", "decode_summary", "encode_summary",
+           "finish", "is_summary", "prepare", "summary_budget", "summary_state", "tokens_of",
+           "turns_since_request"]
 
 #: The system note that tells the model earlier turns were summarised.
 NOTE = ("[sessionwarden compressed the earlier turns of this conversation into the summary "
@@ -159,6 +162,24 @@ def _pinnable(messages: Sequence[Message], cut: Cut, pairing: ToolPairing
     if pinned and pinned[0].role == head_role:
         return None
     return pinned
+
+
+def encode_summary(summary: object) -> bytes:
+    """A history's summary state as stored: the builtin's structure, or a model's text."""
+    return msgspec.json.encode(summary if isinstance(summary, Summary | str) else None)
+
+
+def decode_summary(data: bytes) -> Summary | str | None:
+    """What :func:`encode_summary` stored (None: unreadable, as no summary)."""
+    try:
+        return msgspec.json.decode(data, type=Summary | str | None)
+    except msgspec.ValidationError:
+        return None
+
+
+def summary_state(event: ContextCompressed, history: GovernedHistory) -> tuple[str, bytes]:
+    """The content ``event.state`` names: ``history``'s summary, encoded."""
+    return event.state[0], encode_summary(history.summary)
 
 
 def summary_budget(threshold: int) -> int:

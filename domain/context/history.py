@@ -122,10 +122,9 @@ def recognise(history: GovernedHistory, digests: Sequence[bytes]) -> Recognition
 class ContextUpdate(NamedTuple):
     """A session's context state after an admission, adopted once that is durable.
 
-    Memory only: derived from the requests, not from the log. A session loaded afresh
-    (a restart, an idle session unloaded) starts a new governed history, recorded as a
-    :class:`~sessionwarden.events.HistoryReset`; spills are then found again in their
-    files (same content, same name) and the stand-ins are byte-identical.
+    Derived state: a session loaded afresh (a restart, an idle session unloaded) folds
+    it back from its stream (``domain.session.recover``), the history rebuilt from the
+    call records (``domain.context.rebuild``).
     """
 
     history: GovernedHistory

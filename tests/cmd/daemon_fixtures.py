@@ -34,7 +34,7 @@ _BIN = Path(sys.executable).with_name("sessionwarden")
 _LISTENING = re.compile(r"sessionwarden listening on http://127\.0\.0\.1:(\d+)/v1")
 MODEL = "gpt-test"
 COMPLETED_TYPE = "session.call_completed.v3"
-ADMITTED_TYPE = "session.call_admitted.v4"
+ADMITTED_TYPE = "session.call_admitted.v5"
 
 
 def sessionwarden_cmd() -> list[str]:

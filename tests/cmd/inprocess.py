@@ -38,8 +38,9 @@ class InProcessDaemon:
 
     def __init__(self, db: Path, fake: FakeProviderServer, extra_config: str = "",
                  pipeline: Pipeline | None = None, clock: Clock | None = None,
-                 max_body_bytes: int = 1 << 20) -> None:
+                 max_body_bytes: int = 1 << 20, runtime: dict[str, Any] | None = None) -> None:
         self.db = db
+        self.runtime_options = dict(runtime or {})
         self.max_body_bytes = max_body_bytes
         self.pipeline = pipeline
         self.clock = clock
@@ -56,7 +57,7 @@ class InProcessDaemon:
     def start(self) -> InProcessDaemon:
         """Start the runtime (orphans completed), then serve until :meth:`stop`."""
         self.rt = Runtime(self.config, self.db, self.keys, pipeline=self.pipeline,
-                          clock=self.clock)
+                          clock=self.clock, **self.runtime_options)
         self.rt.start()
         app = DaemonApp(self.rt, self.token, max_body_bytes=self.max_body_bytes)
         sock = socket.socket()

@@ -135,7 +135,7 @@ def test_json_gives_the_call_s_decisions_and_only_its_own(
         "p1", "m1", "fp:0123456789ab", "ok")
     assert (got["complete"], got["missing"]) == (True, [])
     assert [d["event"] for d in got["decisions"]] == [
-        "context.compressed.v1", "context.summariser_failed.v1", "session.call_admitted.v4"]
+        "context.compressed.v2", "context.summariser_failed.v1", "session.call_admitted.v5"]
     assert got["decisions"][0]["summariser"] == "builtin-fallback"
     assert got["decisions"][2]["parent_call"] == "c3"
     # after the compression the history restarted: the summary, the kept tail, the new

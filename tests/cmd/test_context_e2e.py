@@ -421,7 +421,7 @@ def test_two_agents_without_a_session_header_never_share_a_governed_history(
     assert a != b and a.startswith("auto-") and b.startswith("auto-")
     for session in (a, b):
         types = daemon.types(f"session-{session}")
-        assert types.count("session.call_admitted.v4") == 4
+        assert types.count("session.call_admitted.v5") == 4
         assert not any(t.startswith("context.history_reset") for t in types)
     capsys.readouterr()
     assert main(["status", "--json", "--db", str(daemon.db)]) == 0

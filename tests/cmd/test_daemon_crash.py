@@ -120,7 +120,7 @@ def _check_recorded(daemon: Daemon, returned: list[str]) -> None:
     # Every call admitted before the kill has its one completion: those in flight were
     # completed at this start, as "unknown" (they may have been sent, and billed).
     admitted = daemon.query("SELECT count(*) FROM events WHERE type = ?",
-                            ("session.call_admitted.v4",))[0][0]
+                            ("session.call_admitted.v5",))[0][0]
     assert admitted == len(counts)
     assert daemon.query("SELECT count(*) FROM view_calls_open") == [(0,)]
     assert {r["outcome"] for c, r in ledger.items() if c not in returned} <= {"ok", "unknown"}

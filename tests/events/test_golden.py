@@ -91,6 +91,16 @@ EXPECTED: dict[str, Event] = {
             stored=False, withheld=("3c" * 16,)),
         limits=ContextLimits(threshold=12_750, window=32_000, compression=False),
     ),
+    "session.call_admitted.v5": CallAdmitted(
+        call_id="c3vd2xk7m4qa5bdk", provider="openai", model="gpt-4.1-mini",
+        message_count=4, estimated_tokens=4300, stream=True, purpose="summary",
+        parent_call="c3vd2xk7m4qa5bdg", request=RequestRecord(
+            fields=("0f" * 16, 61), items_key="input", system=(("1a" * 16, 120),),
+            base="c3vd2xk7m4qa5bdj", kept=40, appended=(("2b" * 16, 310), ("3c" * 16, 1502)),
+            stored=False, withheld=("3c" * 16,), tokens=(82, 371), sources=(40, -1),
+            covers=42, replaced=("4d" * 16,)),
+        limits=ContextLimits(threshold=12_750, window=32_000, compression=False),
+    ),
     "session.call_refused.v1": CallRefused(
         call_id="c3vd2xk7m4qa5bdf", stage="validation", status=400,
         reason="'messages' must contain at least one message", code="empty_messages",
@@ -125,6 +135,13 @@ EXPECTED: dict[str, Event] = {
             fields=("9f" * 16, 88), items_key="messages", system=(("2a" * 16, 120),),
             base="", kept=0, appended=(("5c" * 16, 1800), ("77" * 16, 64)), stored=True),
         provider="backup", model="gpt-4.1-mini"),
+    "session.call_resent.v2": CallResent(
+        call_id="c3vd2xk7m4qa5bdk", reason="context_overflow", request=RequestRecord(
+            fields=("9f" * 16, 88), items_key="input", system=(("2a" * 16, 120),),
+            base="c3vd2xk7m4qa5bdj", kept=2, appended=(("5c" * 16, 1800), ("77" * 16, 64)),
+            stored=False, withheld=("77" * 16,), tokens=(460, 20), sources=(-1, 3),
+            covers=4, replaced=("6e" * 16, "6f" * 16, "70" * 16)),
+        provider="backup", model="gpt-4.1-mini"),
     "context.tool_result_spilled.v1": ToolResultSpilled(
         call_id="c3vd2xk7m4qa5bdg", message=41, tool="terminal", reason="turn",
         file="4d" * 16 + ".txt", chars=150_000, bytes=150_210, preview_chars=1480,
@@ -138,6 +155,13 @@ EXPECTED: dict[str, Event] = {
         model="openai/gpt-4.1-mini", focus="the failing test", source="real",
         tokens_before=70_000, tokens_after=21_000, threshold=64_000, messages_before=160,
         messages_after=24, summarised=130, pruned=17, summary=("5e" * 16, 2400),
+    ),
+    "context.compressed.v2": ContextCompressed(
+        call_id="c3vd2xk7m4qa5bdk", trigger="cold_cache", summariser="model",
+        model="openai/gpt-4.1-mini", focus="the failing test", source="real",
+        tokens_before=70_000, tokens_after=21_000,
+        threshold=64_000, messages_before=160, messages_after=24, summarised=130, pruned=17,
+        summary=("5e" * 16, 2400), state=("5f" * 16, 2210), prepared=True, waited_ms=12,
     ),
     "context.summariser_failed.v1": SummariserFailed(
         call_id="c3vd2xk7m4qa5bdg", model="openai/gpt-4.1-mini", reason="upstream 503",
@@ -213,6 +237,29 @@ EXPECTED: dict[str, Event] = {
 #: classes encoded to (the tag first, then fields in definition order), as users' logs
 #: hold them.
 RETIRED_PAYLOADS: dict[str, bytes] = {
+    "session.call_admitted.v4": (
+        b'{"call_id":"c3vd2xk7m4qa5bdj","provider":"openai","model":"gpt-4.1-mini","messag'
+        b'e_count":3,"estimated_tokens":4100,"stream":true,"purpose":"summary","parent_cal'
+        b'l":"c3vd2xk7m4qa5bdg","request":{"fields":["0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f",61'
+        b'],"items_key":"input","system":[["1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a",120]],"base"'
+        b':"c3vd2xk7m4qa5bdf","kept":40,"appended":[["2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b",31'
+        b'0],["3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c",1502]],"stored":false,"withheld":["3c3c3c'
+        b'3c3c3c3c3c3c3c3c3c3c3c3c3c"]},"limits":{"threshold":12750,"window":32000,"compre'
+        b'ssion":false}}'
+    ),
+    "session.call_resent.v1": (
+        b'{"call_id":"c3vd2xk7m4qa5bdh","reason":"context_overflow","request":{"fields":["'
+        b'9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f",88],"system":[["2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a'
+        b'2a",120]],"appended":[["5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c",1800],["77777777777777'
+        b'777777777777777777",64]]},"provider":"backup","model":"gpt-4.1-mini"}'
+    ),
+    "context.compressed.v1": (
+        b'{"call_id":"c3vd2xk7m4qa5bdg","trigger":"requested","summariser":"builtin-fallba'
+        b'ck","model":"openai/gpt-4.1-mini","focus":"the failing test","source":"real","to'
+        b'kens_before":70000,"tokens_after":21000,"threshold":64000,"messages_before":160,'
+        b'"messages_after":24,"summarised":130,"pruned":17,"summary":["5e5e5e5e5e5e5e5e5e5'
+        b'e5e5e5e5e5e5e",2400]}'
+    ),
     "session.started.v1": b'{"type":"session.started.v1","session_id":"sess-v1","model":"gpt-4o"}',
     "session.started.v2": (
         b'{"type":"session.started.v2","session_id":"sess-2","model":"claude-sonnet",'
@@ -409,7 +456,7 @@ if __name__ == "__main__":
 def test_tags_of_names_every_stored_tag_that_decodes_to_a_class() -> None:
     assert CODEC.tags_of(CallAdmitted) == {
             "session.call_admitted.v1", "session.call_admitted.v2", "session.call_admitted.v3",
-        "session.call_admitted.v4"}
+        "session.call_admitted.v4", "session.call_admitted.v5"}
     assert CODEC.tags_of(CallCompleted) == {
         "session.call_completed.v1", "session.call_completed.v2",
         "session.call_completed.v3"}
