@@ -22,6 +22,7 @@ __all__ = [
     "AdmissionGranted",
     "AdmissionRefused",
     "Admit",
+    "AdoptPrepared",
     "BudgetOf",
     "Committed",
     "Complete",
@@ -165,6 +166,19 @@ class RequestCompaction(msgspec.Struct, frozen=True):
 
     session_id: str
     focus: str = ""
+
+
+class AdoptPrepared(msgspec.Struct, frozen=True):
+    """A compaction prepared ahead from call ``call_id``'s history is done (``outcome``).
+
+    ``outcome`` is a ``domain.context.prepared.PreparedCompaction``, or the reason there
+    is none. Reply: the compaction once CompactionPrepared is durable, or None when it is
+    dropped (CompactionDropped: failed, or stale: the history changed meanwhile).
+    """
+
+    session_id: str
+    call_id: str
+    outcome: Any
 
 
 class UnusableProviders(msgspec.Struct, frozen=True):

@@ -32,6 +32,7 @@ from sessionwarden.actors.messages import (
     AdmissionGranted,
     AdmissionRefused,
     Admit,
+    AdoptPrepared,
     Complete,
     NeedsWork,
     RecordRefusal,
@@ -55,6 +56,7 @@ from sessionwarden.domain.admission.pipeline import (
 )
 from sessionwarden.domain.admission.stages import default_pipeline
 from sessionwarden.domain.calls import complete_call
+from sessionwarden.domain.context.prepared import PreparedCompaction, applies, prepared_event
 from sessionwarden.domain.context.transcript import content_key
 from sessionwarden.domain.cost.price_book import PriceBook
 from sessionwarden.domain.errors import UnknownCall
@@ -62,9 +64,11 @@ from sessionwarden.domain.session import SessionState, recover, resume, session_
 from sessionwarden.events import (
     CODEC,
     CallResent,
+    CompactionDropped,
     CompactionRequested,
     CompactionSkipped,
     ContextCompressed,
+    Event,
     SessionStarted,
 )
 from sessionwarden.redact import default_redactor
@@ -158,6 +162,8 @@ class SessionActor(GovernedActor):
             return self._conclude(state, verdict, reply)
         if isinstance(message, RequestCompaction):
             return self._request_compaction(message, reply)
+        if isinstance(message, AdoptPrepared):
+            return self._adopt_prepared(message, reply)
         if isinstance(message, RecordRefusal):
             state = self._get(message.request.session_id)
             return self._conclude(state, Refused(
@@ -284,6 +290,38 @@ class SessionActor(GovernedActor):
         state.fold(event)
         part = StreamAppend(session_stream(state.session_id), (new_event(event),), ANY)
         self._append(state.session_id, [part], reply, True)
+        return PENDING
+
+    def _adopt_prepared(self, message: AdoptPrepared, reply: Reply) -> object:
+        """Record a compaction prepared ahead, ready for the call that needs it; or drop it.
+
+        It is kept only while it is the preparation the session waits for and the
+        history still starts with what it was made from (a call may have compressed or
+        reset it meanwhile).
+        """
+        state = self._get(message.session_id)
+        outcome = message.outcome
+        history = state.context.history if state.context is not None else None
+        reason = outcome if isinstance(outcome, str) else (
+            "stale: the history changed while it was prepared"
+            if state.preparing != message.call_id or history is None
+            or not isinstance(outcome, PreparedCompaction) or not applies(outcome, history)
+            else "")
+        events: tuple[Event, ...]
+        contents: tuple[Content, ...] = ()
+        if reason:
+            events, answer = (CompactionDropped(call_id=message.call_id, reason=reason),), None
+        else:
+            event, stored = prepared_event(outcome)
+            events, answer = (event,), outcome
+            contents = tuple(Content(key, data) for key, data in stored)
+        for e in events:
+            state.fold(e)
+        if answer is not None:
+            state.prepared = answer
+        part = StreamAppend(session_stream(state.session_id),
+                            tuple(new_event(e) for e in events), ANY, contents=contents)
+        self._append(state.session_id, [part], reply, answer)
         return PENDING
 
     def _resend_call(self, message: Resend, reply: Reply) -> object:

@@ -1,22 +1,26 @@
-"""CompressorActor: the summariser's record across sessions (issue 23, its first job).
+"""CompressorActor: compaction work off the sessions' threads, and the summariser's record.
 
-A summary model that fails for one session is cooling for all: before the model
-summariser's side call, the proxy asks :class:`SummariserCooling`; the actor answers from
-``view_summarisers`` (folded from every session's ``SummariserFailed`` and accepted
-summaries, so a restart recovers it). Compaction itself still runs in the session's
-context stage; preparing it ahead, off the call's path, is this actor's next job.
+A session past its prepare mark has its compaction prepared here (issue 23): the proxy
+asks :class:`Prepare` (phases 1 and 2: decoding and cutting a history of thousands of
+items, on this actor's thread, never a session shard's nor the event loop), makes the
+summary side call, then asks :class:`FinishPreparation` (phase 4). A summary model that
+fails for one session is cooling for all: the proxy asks :class:`SummariserCooling`,
+answered from ``view_summarisers`` (folded from every session's ``SummariserFailed`` and
+accepted summaries, so a restart recovers it).
 """
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import msgspec
 from sessionwarden.actors.bridge import GovernedActor, Reply
 from sessionwarden.clock import Clock, SystemClock
+from sessionwarden.domain.context.prepared import finish_preparation, start_preparation
 from sessionwarden.store import EventLog
 from sessionwarden.views.summarisers import summariser_cooldown
 
-__all__ = ["CompressorActor", "SummariserCooling"]
+__all__ = ["CompressorActor", "FinishPreparation", "Prepare", "SummariserCooling"]
 
 
 class SummariserCooling(msgspec.Struct, frozen=True):
@@ -28,8 +32,28 @@ class SummariserCooling(msgspec.Struct, frozen=True):
     model: str
 
 
+class Prepare(msgspec.Struct, frozen=True):
+    """Start preparing ``work`` (a ``PrepareWork``).
+
+    Reply: ``(Prepared, SummaryWork)``, or the reason there is nothing to prepare.
+    """
+
+    work: Any
+
+
+class FinishPreparation(msgspec.Struct, frozen=True):
+    """Assemble ``prepared`` around the summary ``result`` (a ``SummaryResult``).
+
+    Reply: a ``PreparedCompaction``, or the reason there is none.
+    """
+
+    work: Any
+    prepared: Any
+    result: Any
+
+
 class CompressorActor(GovernedActor):
-    """Owns what compaction knows across sessions: today, the summariser's cooldowns."""
+    """Runs compaction work off the sessions' threads; knows the summariser's cooldowns."""
 
     def __init__(self, on_failure: Callable[[BaseException], None] | None = None,
                  log: EventLog | None = None, clock: Clock | None = None) -> None:
@@ -39,9 +63,13 @@ class CompressorActor(GovernedActor):
         self._clock = clock or SystemClock()
 
     def handle(self, message: object, reply: Reply) -> object:
-        """Answer :class:`SummariserCooling`; refuse anything else."""
+        """Answer :class:`SummariserCooling`, :class:`Prepare`, :class:`FinishPreparation`."""
         if isinstance(message, SummariserCooling):
             return self._cooling(message.model)
+        if isinstance(message, Prepare):
+            return start_preparation(message.work)
+        if isinstance(message, FinishPreparation):
+            return finish_preparation(message.work, message.prepared, message.result)
         raise TypeError(f"CompressorActor does not take {type(message).__name__}")
 
     def _cooling(self, model: str) -> datetime | None:

@@ -293,9 +293,16 @@ class CompressionConfig(_Section, frozen=True):
     summariser: Summariser = "builtin"
     summary_model: str = ""
     on_summary_failure: OnSummaryFailure = "fallback"
-    #: The prepare mark, a fraction of the trigger: a session past it whose provider's
-    #: prompt cache has gone cold (idle past its lifetime) is compressed at its next call.
+    #: The prepare mark, a fraction of the trigger: a session past it has its compaction
+    #: prepared ahead (model summariser), and is compressed at its next call once its
+    #: provider's prompt cache has gone cold (idle past its lifetime).
     prepare_ratio: _Fraction = 0.80
+    #: Prepare the model summariser's compaction ahead (a summary call made before the
+    #: trigger; spent for nothing if the session ends first). false: at the trigger, inline.
+    prepare_ahead: bool = True
+    #: How long a call that crosses the trigger waits for a preparation still running,
+    #: before it compacts on its own.
+    prepare_wait_s: Annotated[float, msgspec.Meta(ge=0.0, le=600.0)] = 1.0
 
 
 class BudgetsConfig(_Section, frozen=True):

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from sessionwarden.domain.context.history import ContextUpdate, GovernedHistory
+from sessionwarden.domain.context.prepared import PreparedCompaction
 from sessionwarden.domain.context.rebuild import HistoryFold
 from sessionwarden.domain.context.summariser import (
     SummariserHealth,
@@ -30,6 +31,9 @@ from sessionwarden.events import (
     CallCompleted,
     CallRefused,
     CallResent,
+    CompactionDropped,
+    CompactionPrepared,
+    CompactionPreparing,
     CompactionRequested,
     CompactionSkipped,
     ContextCompressed,
@@ -80,10 +84,13 @@ class SessionState:
         limits: the context limits last recorded (CallAdmitted's ``limits``).
         lost: why the governed history could not be rebuilt from the log ("": it was,
             or there was none); the next call's HistoryReset says it.
+        preparing: the call whose compaction is being prepared ahead ("": none).
+        prepared: a compaction prepared ahead, ready to apply
+            (``domain.context.prepared``; None: none).
     """
 
     __slots__ = ("calibration", "calls", "compaction", "context", "limits", "lost", "open",
-                 "refused", "session_id", "started")
+                 "prepared", "preparing", "refused", "session_id", "started")
 
     def __init__(self, session_id: str, *, started: bool = False, calls: int = 0,
                  refused: int = 0, open_calls: dict[str, OpenCall] | None = None) -> None:
@@ -98,6 +105,8 @@ class SessionState:
         self.calibration: dict[str, Calibration] = {}
         self.limits: ContextLimits | None = None
         self.lost = ""
+        self.preparing = ""
+        self.prepared: PreparedCompaction | None = None
 
     def fold(self, event: Event) -> None:
         """Apply one of the session's events."""
@@ -122,12 +131,24 @@ class SessionState:
                                                          model=event.model)
         elif isinstance(event, CompactionRequested):
             self.compaction = event.focus
-        elif isinstance(event, ContextCompressed | CompactionSkipped):
+        elif isinstance(event, CompactionSkipped):
             self.compaction = None
+        elif isinstance(event, ContextCompressed):
+            # Whatever compressed the history, what was prepared from it is stale now.
+            self.compaction, self.prepared, self.preparing = None, None, ""
+        elif isinstance(event, CompactionPreparing):
+            self.preparing = event.call_id
+        elif isinstance(event, CompactionPrepared | CompactionDropped):
+            if self.preparing == event.call_id:
+                self.preparing = ""
+            if isinstance(event, CompactionDropped) and self.prepared is not None and (
+                    self.prepared.call_id == event.call_id):
+                self.prepared = None
 
     def adopt(self, update: ContextUpdate) -> None:
         """Take the context state an admitted call decided (``domain.admission.context_stage``)."""
-        self.context = update
+        # The preparation's work holds the request's items: the proxy has it; we must not.
+        self.context = update._replace(prepare=None) if update.prepare is not None else update
 
     def _read(self, call: OpenCall, done: CallCompleted) -> None:
         """A client call's reading: calibrate the estimate, judge the last compression."""
@@ -189,9 +210,12 @@ def resume(state: SessionState, history: HistoryFold, contents: Mapping[str, byt
     if context is None:
         return
     rebuilt = history.result(contents)
+    # A preparation in flight was memory only: the next call past the mark starts another.
+    state.preparing = ""
     if isinstance(rebuilt, str):
         state.context, state.lost = None, rebuilt
     elif not rebuilt.call_id and not state.calls:
         state.context = None  # never governed a call: as a new session
     else:
         state.context = context._replace(history=rebuilt)
+        state.prepared = history.prepared_result(rebuilt, contents)

@@ -13,7 +13,10 @@ so a call that was sent has its decisions recorded.
 - :class:`ContextCompressed` a compression and what it saved;
 - :class:`SummariserFailed` the model summariser failing, and the cooldown it caused;
 - :class:`CompactionRequested` a compaction asked for through the control API, and
-  :class:`CompactionSkipped` one that found nothing worth doing at the next call.
+  :class:`CompactionSkipped` one that found nothing worth doing at the next call;
+- :class:`CompactionPreparing`, :class:`CompactionPrepared`, :class:`CompactionDropped`
+  a compaction prepared ahead, off the call's path (applied: a ContextCompressed with
+  ``prepared``).
 
 Stream :data:`SPILL_STREAM` (``spill``), the spill directory's, not a session's:
 :class:`SpillEvicted`, a spill file deleted to keep the directory under its quota,
@@ -32,6 +35,9 @@ from sessionwarden.events.codec import Upcaster
 __all__ = [
     "CONTEXT_UPCASTERS",
     "SPILL_STREAM",
+    "CompactionDropped",
+    "CompactionPrepared",
+    "CompactionPreparing",
     "CompactionRequested",
     "CompactionSkipped",
     "ContentRef",
@@ -235,6 +241,54 @@ class SpillEvicted(Event, frozen=True):
     reason: str = "quota"
     quota_bytes: int = 0
     used_bytes: int = 0
+
+
+class CompactionPreparing(Event, frozen=True):
+    """Call ``call_id`` crossed the prepare mark: its history's compaction is prepared.
+
+    The history it sent (``messages`` items, ~``tokens``) is compacted ahead, off the
+    call's path.
+    """
+
+    TAG: ClassVar[str] = "context.compaction_preparing.v1"
+
+    call_id: str
+    messages: int = 0
+    tokens: int = 0
+
+
+class CompactionPrepared(Event, frozen=True):
+    """The compaction prepared from call ``call_id``'s history is ready to apply.
+
+    It replaces the first ``messages_before`` items of that history (``prefix``: a digest
+    of their digests, so a later call knows they are still its own); ``compacted``
+    records the compacted items as a call's record does (its stand-ins stored with this
+    event); the rest as ContextCompressed's fields.
+    """
+
+    TAG: ClassVar[str] = "context.compaction_prepared.v1"
+
+    call_id: str
+    prefix: str
+    messages_before: int
+    compacted: RequestRecord
+    summariser: str = "model"
+    model: str = ""
+    summarised: int = 0
+    pruned: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    summary: ContentRef = ("", 0)
+    state: ContentRef = ("", 0)
+
+
+class CompactionDropped(Event, frozen=True):
+    """The compaction prepared from call ``call_id``'s history is dropped (``reason``)."""
+
+    TAG: ClassVar[str] = "context.compaction_dropped.v1"
+
+    call_id: str
+    reason: str = ""
 
 
 CONTEXT_UPCASTERS = (Upcaster("context.compressed.v1", "context.compressed.v2", dict),)

@@ -12,6 +12,7 @@ was admitted but never completed (the daemon died while it was in flight) with o
 ``unknown``: it may have been sent and billed, and the ledger must say so.
 """
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -131,6 +132,11 @@ class Runtime:
         self.upstream = UpstreamClient()
         #: Performers of the work admission stages may need, by the work's type.
         self.performers: dict[type, Performer] = {}
+        #: Starters of background work an admitted request carries (a compaction to
+        #: prepare ahead), by the work's type; called on the event loop, not awaited.
+        self.starters: dict[type, Callable[[Any], None]] = {}
+        #: Compactions being prepared ahead, by (session, call): memory only.
+        self.preparations: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self.stopping = False
         log, clock_ = self.log, self.clock
         #: Where spill files are written (``[tools].spill_dir``, else beside the log).

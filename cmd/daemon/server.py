@@ -32,6 +32,7 @@ from sessionwarden.cmd.daemon.http import (
     send_error,
     send_json,
 )
+from sessionwarden.cmd.daemon.prepare import preparation_performers
 from sessionwarden.cmd.daemon.proxy.relay import chat_completions
 from sessionwarden.cmd.daemon.runtime import Runtime
 from sessionwarden.cmd.daemon.summarise import summary_performers
@@ -85,6 +86,7 @@ class DaemonApp:
         # (admission, a pooled key, completion), which sits above the runtime: it is
         # installed here, where both are known, rather than by the runtime itself.
         runtime.performers.update(summary_performers(runtime))
+        runtime.performers.update(preparation_performers(runtime))
         self._auth = f"Bearer {token}".encode()
         self._max_body = max_body_bytes
         self._hosts = _bracketed(frozenset(h.lower() for h in allowed_hosts))

@@ -122,6 +122,12 @@ class _Lifespan:
                     self._polling.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await self._polling
+                # Preparations in flight are memory only: cancelled (their side calls
+                # complete their records on the way out), prepared again after a start.
+                preparing = list(self.app.runtime.preparations.values())
+                for task in preparing:
+                    task.cancel()
+                await asyncio.gather(*preparing, return_exceptions=True)
                 await self.app.runtime.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -31,10 +31,12 @@ Each outcome is recorded: ContextCompressed, SummariserFailed (with the cooldown
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from sessionwarden.config import Config, UnknownModel, find_model
+from sessionwarden.config import Config
+from sessionwarden.domain.admission.ahead import applied, preparation, ready, summary_target
 from sessionwarden.domain.admission.pipeline import Need, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.context.compression import (
+    MIN_SAVING,
     Compaction,
     Prepared,
     builtin,
@@ -45,6 +47,13 @@ from sessionwarden.domain.context.compression import (
 from sessionwarden.domain.context.conversation import ItemCodec
 from sessionwarden.domain.context.history import ContextUpdate, GovernedHistory
 from sessionwarden.domain.context.messages import Message
+from sessionwarden.domain.context.prepared import (
+    AwaitPreparation,
+    Preparation,
+    PreparedCompaction,
+    applies,
+    apply_prepared,
+)
 from sessionwarden.domain.context.summariser import (
     SummariserHealth,
     SummaryResult,
@@ -103,13 +112,15 @@ def _cold_cache(config: Config, request: CallRequest, context: ContextUpdate | N
 def compress_step(config: Config, state: SessionState, request: CallRequest,
                   client_items: Sequence[bytes], codec: ItemCodec, history: GovernedHistory,
                   kept: int, events: list[Event], fixed: int, now: datetime,
-                  done: Done, known: Sequence[Message] = ()) -> StageResult:
+                  done: Done, known: Sequence[Message] = (), *, wait: bool = True
+                  ) -> StageResult:
     """Compress ``history`` if due (module doc), then ``done(history, kept, events, update)``.
 
     ``kept`` is how many items of the previous call's history stay as they were (the
     record's ``kept``); a compression makes it 0. ``known``: the call's new items as
     governed, already read (a compression reads only the others). ``fixed`` is the
-    estimate of what is not history (the fields, the system items).
+    estimate of what is not history (the fields, the system items). ``wait``: whether
+    to wait for a preparation still running (not when resuming from such a wait).
     """
     compression = config.compression
     model = config.model_for(request.provider, request.model)
@@ -134,8 +145,51 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
 
     due = compression.enabled and should_compress(guard, figure, threshold, fit.room).compress
     cold = not due and _cold_cache(config, request, context, figure.tokens, threshold, now)
+    trigger = "requested" if requested is not None else "cold_cache" if cold else "threshold"
+    ahead, dropped = ready(state, history, request.call_id)
+    events = [*events, *dropped]
+
+    def apply(prepared: PreparedCompaction, waited_ms: int) -> StageResult | None:
+        """The prepared compaction applied; None when it would not do (too little saved)."""
+        compacted = apply_prepared(prepared, history)
+        if compacted.tokens > history.tokens * MIN_SAVING:
+            return None
+        after = fixed + compacted.tokens
+        tokens_after = calibrated(cal, after) if cal else after
+        if tokens_after > fit.room:
+            return None
+        event = applied(prepared, request, compacted, trigger=trigger, source=(
+            "real" if figure.source == "calibrated" else "estimated"),
+            tokens_before=figure.tokens, tokens_after=tokens_after, threshold=threshold,
+            messages_before=len(history.items), waited_ms=waited_ms)
+        return done(compacted, 0, [*events, event], update._replace(
+            history=compacted, guard=record_compression(guard)))
+
+    if requested is None and (due or cold) and ahead is not None:
+        result = apply(ahead, 0)
+        if result is not None:
+            return result
+    elif requested is None and due and state.preparing and wait:
+        # A preparation still running: wait for it a bounded while, then compact here.
+        def resume_wait(result: object) -> StageResult:
+            if isinstance(result, Preparation) and result.prepared is not None and applies(
+                    result.prepared, history):
+                outcome = apply(result.prepared, result.waited_ms)
+                if outcome is not None:
+                    return outcome
+            return compress_step(config, state, request, client_items, codec, history, kept,
+                                 events, fixed, now, done, known, wait=False)
+
+        return Need(AwaitPreparation(request.session_id, state.preparing,
+                                     compression.prepare_wait_s), resume_wait)
     if requested is None and not (due or cold):
-        return unchanged([])
+        start = preparation(config, state, request, history, client_items, codec, threshold,
+                            figure.tokens, guard, _max_chars(threshold))
+        if start is None:
+            return unchanged([])
+        # The work travels with the admitted request; the proxy starts it once durable.
+        update = update._replace(prepare=start[1])
+        return unchanged([start[0]])
     prepared = prepare(history, client_items, codec, compression, threshold, known)
     if prepared is None:
         return unchanged(_skipped(request, requested, "nothing to summarise"))
@@ -153,8 +207,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
         tokens_after = calibrated(cal, after) if cal else after
         event = ContextCompressed(
             call_id=request.call_id,
-            trigger=("requested" if requested is not None
-                     else "cold_cache" if cold else "threshold"),
+            trigger=trigger,
             summariser=compaction.summariser, model=compaction.model, focus=requested or "",
             source="real" if figure.source == "calibrated" else "estimated",
             tokens_before=figure.tokens, tokens_after=tokens_after,
@@ -172,7 +225,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
         return compressed(builtin(prepared, codec, threshold), [], health)
     if requested is not None:
         health = lift_cooldown(health)
-    target = _summary_target(config, request)
+    target = summary_target(config, request.provider, request.model)
     if not available(health, now):
         return _failed(config, request, prepared, codec, threshold, fixed, health, now,
                        compressed, target, "cooling down after failures", events,
@@ -215,18 +268,6 @@ def _skipped(request: CallRequest, requested: str | None, reason: str) -> list[E
 
 def _max_chars(threshold: int) -> int:
     return max(2_000, min(threshold * 4 // 20, 40_000))
-
-
-def _summary_target(config: Config, request: CallRequest) -> tuple[str, str]:
-    """``(provider, upstream model)`` of ``summary_model``, else the session's own."""
-    name = config.compression.summary_model
-    if name:
-        try:
-            provider, model = find_model(config, name)
-            return provider.name, model
-        except UnknownModel:
-            pass  # checked when the config was loaded; the session's model will do
-    return request.provider, request.model
 
 
 def _failed(config: Config, request: CallRequest, prepared: Prepared, codec: ItemCodec,

@@ -137,3 +137,7 @@ class ContextUpdate(NamedTuple):
     #: When this call was admitted: the next one measures the session's idle time (and so
     #: whether the provider's prompt cache is still warm) from it.
     last_at: datetime | None = None
+    #: A compaction to prepare ahead from this history (a ``domain.context.prepared.
+    #: PrepareWork``), started by the proxy once the admission is durable; never kept in
+    #: the session's state (it holds the request's items).
+    prepare: object = None

@@ -23,10 +23,13 @@ from typing import NamedTuple
 
 from sessionwarden.domain.context.compression import decode_summary
 from sessionwarden.domain.context.history import GovernedHistory, Item
+from sessionwarden.domain.context.prepared import PreparedCompaction
 from sessionwarden.events import (
     CallAdmitted,
     CallRefused,
     CallResent,
+    CompactionDropped,
+    CompactionPrepared,
     ContentRef,
     ContextCompressed,
     Event,
@@ -53,8 +56,8 @@ class _Slot(NamedTuple):
 class HistoryFold:
     """Folds one session's events, in log order, into the history it forwarded last."""
 
-    __slots__ = ("_decided", "broken", "call_id", "client", "compressed", "fields", "slots",
-                 "state_key", "system", "unstored")
+    __slots__ = ("_decided", "broken", "call_id", "client", "compressed", "fields",
+                 "prepared", "slots", "state_key", "system", "unstored")
 
     def __init__(self) -> None:
         """An empty fold: no history yet."""
@@ -70,6 +73,8 @@ class HistoryFold:
         self.broken = ""
         #: Whether a record since the last reset was made with recording off.
         self.unstored = False
+        #: The compaction prepared ahead and not yet applied or dropped.
+        self.prepared: CompactionPrepared | None = None
 
     def fold(self, event: Event) -> tuple[Event, ...]:
         """Apply one event; returns the stage's events a call's admission made count."""
@@ -78,6 +83,13 @@ class HistoryFold:
             return ()
         if isinstance(event, CallRefused):
             self._decided.pop(event.call_id, None)
+            return ()
+        if isinstance(event, CompactionPrepared):
+            self.prepared = event
+            return ()
+        if isinstance(event, CompactionDropped):
+            if self.prepared is not None and self.prepared.call_id == event.call_id:
+                self.prepared = None
             return ()
         if isinstance(event, CallAdmitted):
             if event.purpose:  # a side call of the daemon's: not governed
@@ -93,6 +105,7 @@ class HistoryFold:
             if isinstance(event, HistoryReset):
                 self._reset()
             elif isinstance(event, ContextCompressed):
+                self.prepared = None  # applied, or made stale by this compression
                 self.compressed += 1
                 self.state_key = event.state[0]
                 if not self.state_key:
@@ -102,6 +115,7 @@ class HistoryFold:
         return decided
 
     def _reset(self) -> None:
+        self.prepared = None
         self.slots, self.client = [], []
         self.call_id, self.compressed, self.state_key = "", 0, ""
         self.fields = self.system = None
@@ -149,6 +163,12 @@ class HistoryFold:
         keys = {slot.key for slot in self.slots if slot.source < 0}
         if self.compressed and self.state_key:
             keys.add(self.state_key)
+        prepared = self.prepared
+        if prepared is not None:
+            keys.update(key for (key, _), source in zip(
+                prepared.compacted.appended, prepared.compacted.sources, strict=False)
+                if source < 0)
+            keys.update((prepared.summary[0], prepared.state[0]))
         return keys
 
     def result(self, contents: Mapping[str, bytes]) -> GovernedHistory | str:
@@ -174,3 +194,32 @@ class HistoryFold:
             client=tuple(self.client), items=items, call_id=self.call_id,
             tokens=sum(item.tokens for item in items), compressed=self.compressed,
             summary=summary, fields=self.fields, system=self.system)
+
+    def prepared_result(self, history: GovernedHistory, contents: Mapping[str, bytes]
+                        ) -> PreparedCompaction | None:
+        """The compaction prepared ahead for ``history`` (:meth:`result`'s), if any."""
+        event = self.prepared
+        if event is None:
+            return None
+        record = event.compacted
+        if (len(record.tokens) != len(record.appended)
+                or len(record.sources) != len(record.appended)
+                or record.covers > len(history.client)
+                or event.summary[0] not in contents or event.state[0] not in contents):
+            return None
+        items = []
+        for (key, size), tokens, source in zip(record.appended, record.tokens,
+                                               record.sources, strict=True):
+            raw = contents.get(key) if source < 0 else None
+            if source < 0 and raw is None:
+                return None
+            items.append(Item(bytes.fromhex(key), size, tokens, raw, source))
+        compacted = GovernedHistory(
+            client=history.client[:record.covers], items=tuple(items),
+            tokens=sum(item.tokens for item in items),
+            summary=decode_summary(contents[event.state[0]]))
+        return PreparedCompaction(
+            call_id=event.call_id, messages=event.messages_before,
+            prefix=bytes.fromhex(event.prefix), history=compacted, model=event.model,
+            summarised=event.summarised, pruned=event.pruned,
+            tokens_before=event.tokens_before, summary_raw=contents[event.summary[0]])

@@ -37,8 +37,9 @@ SUMMARY = "## Goal\n- fix the failing test suite"
 
 def make(tmp_path: Path, fake: FakeProviderServer, on_failure: str = "fallback"
          ) -> InProcessDaemon:
+    # The summary made at the trigger, inline (the prepared one: test_prepared_ahead.py).
     config = (f'[compression]\nsummariser = "model"\nsummary_model = "fake/sum-model"\n'
-              f'on_summary_failure = "{on_failure}"\n{SMALL}')
+              f'on_summary_failure = "{on_failure}"\nprepare_ahead = false\n{SMALL}')
     return InProcessDaemon(tmp_path / "events.db", fake, extra_config=config,
                            clock=FakeClock())
 

@@ -51,6 +51,7 @@ PRICED = """
 summariser = "model"
 summary_model = "{summary}"
 on_summary_failure = "{on_failure}"
+prepare_ahead = false
 [[models]]
 name = "small"
 provider = "fake"

@@ -1,0 +1,96 @@
+"""The compression step's compaction prepared ahead (issue 23): when to prepare, what applies.
+
+``domain.admission.compression_stage`` asks, at each governed call with the model
+summariser: is a compaction prepared for this history (:func:`ready`; a stale one is
+dropped, recorded), should one be prepared from it (:func:`preparation`: past the prepare
+mark, none in flight or ready; the work goes with the admitted request, and the proxy
+starts it once the admission is durable), and what records its use (:func:`applied`).
+
+Rules:
+- Only the model summariser prepares ahead: the builtin summary takes milliseconds, a
+  model's seconds. A compaction asked for through the control API is made at its call
+  (its focus is the caller's), never taken from a preparation.
+- Nothing is prepared while the guard holds compressions back (after ineffective
+  ones, or before the last one was judged by a reading).
+"""
+
+from collections.abc import Sequence
+
+from sessionwarden.config import Config, UnknownModel, find_model
+from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.context.compression import encode_summary
+from sessionwarden.domain.context.conversation import ItemCodec
+from sessionwarden.domain.context.history import GovernedHistory
+from sessionwarden.domain.context.prepared import PreparedCompaction, PrepareWork, applies
+from sessionwarden.domain.context.transcript import content_ref
+from sessionwarden.domain.context.trigger import MAX_UNFIT_COMPRESSIONS, CompressionGuard
+from sessionwarden.domain.session import SessionState
+from sessionwarden.events import (
+    CompactionDropped,
+    CompactionPreparing,
+    ContextCompressed,
+    Event,
+)
+
+__all__ = ["applied", "preparation", "ready", "summary_target"]
+
+
+def ready(state: SessionState, history: GovernedHistory, call_id: str
+          ) -> tuple[PreparedCompaction | None, list[Event]]:
+    """The session's prepared compaction if it applies to ``history``; else the drop."""
+    prepared = state.prepared
+    if prepared is None:
+        return None, []
+    if applies(prepared, history):
+        return prepared, []
+    return None, [CompactionDropped(call_id=prepared.call_id,
+                                    reason=f"stale at call {call_id}: the history changed")]
+
+
+def preparation(config: Config, state: SessionState, request: CallRequest,
+                history: GovernedHistory, client_items: Sequence[bytes], codec: ItemCodec,
+                threshold: int, tokens: int, guard: CompressionGuard, max_chars: int
+                ) -> tuple[CompactionPreparing, PrepareWork] | None:
+    """What starts a preparation from ``history`` now, if one is due (module doc)."""
+    compression = config.compression
+    if (not compression.enabled or compression.summariser != "model" or not state.started
+            or not compression.prepare_ahead
+            or state.preparing or state.prepared is not None
+            or tokens < compression.prepare_ratio * threshold
+            or guard.unfit >= MAX_UNFIT_COMPRESSIONS or guard.awaiting_reading
+            or not history.items):
+        return None
+    event = CompactionPreparing(call_id=request.call_id, messages=len(history.items),
+                                tokens=tokens)
+    work = PrepareWork(
+        session_id=request.session_id, call_id=request.call_id, history=history,
+        client_items=client_items, codec=codec, compression=compression,
+        threshold=threshold, target=summary_target(config, request.provider, request.model),
+        fallback=(request.provider, request.model), max_chars=max_chars)
+    return event, work
+
+
+def summary_target(config: Config, provider: str, model: str) -> tuple[str, str]:
+    """``(provider, upstream model)`` of ``summary_model``, else the session's own."""
+    name = config.compression.summary_model
+    if name:
+        try:
+            found, upstream = find_model(config, name)
+            return found.name, upstream
+        except UnknownModel:
+            pass  # checked when the config was loaded; the session's model will do
+    return provider, model
+
+
+def applied(prepared: PreparedCompaction, request: CallRequest, compacted: GovernedHistory,
+            *, trigger: str, source: str, tokens_before: int, tokens_after: int,
+            threshold: int, messages_before: int, waited_ms: int) -> ContextCompressed:
+    """The ContextCompressed that records ``prepared`` applied to the call's history."""
+    return ContextCompressed(
+        call_id=request.call_id, trigger=trigger, summariser="model", model=prepared.model,
+        source=source, tokens_before=tokens_before, tokens_after=tokens_after,
+        threshold=threshold, messages_before=messages_before,
+        messages_after=len(compacted.items), summarised=prepared.summarised,
+        pruned=prepared.pruned, summary=content_ref(prepared.summary_raw),
+        state=content_ref(encode_summary(compacted.summary)), prepared=True,
+        waited_ms=waited_ms)

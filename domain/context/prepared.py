@@ -1,0 +1,184 @@
+"""A compaction prepared ahead, off the call's path, and applied when a call needs it.
+
+With the model summariser, the call that crosses the trigger used to wait for a whole
+summary call (seconds) before it was sent. Instead, a call past the prepare mark
+(``[compression] prepare_ratio`` of the trigger) has the compaction of the history it
+sent prepared in the background (:class:`PrepareWork`: the phases in the
+CompressorActor, the summary side call on the event loop); the session adopts the result
+as a :class:`PreparedCompaction`. A later call that crosses the trigger applies it with
+:func:`apply_prepared`: the compacted items replace the items it covers, and the items
+appended since follow verbatim.
+
+Rules:
+- A prepared compaction applies only while the history still starts with the items it
+  was made from (:func:`applies`: a digest of their digests); a reset or another
+  compression makes it stale, and it is dropped (CompactionDropped, with the reason).
+- Pure: what the phases need travels in :class:`PrepareWork`; :func:`start_preparation`
+  and :func:`finish_preparation` are what the CompressorActor runs.
+"""
+
+import hashlib
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from sessionwarden.config import CompressionConfig
+from sessionwarden.domain.context.compression import (
+    Prepared,
+    encode_summary,
+    finish,
+    prepare,
+)
+from sessionwarden.domain.context.conversation import ItemCodec
+from sessionwarden.domain.context.history import GovernedHistory, Item
+from sessionwarden.domain.context.summariser import SummaryResult, SummaryWork, summary_request
+from sessionwarden.domain.context.summary import Summary, render
+from sessionwarden.domain.context.transcript import content_ref
+from sessionwarden.events import CompactionPrepared, RequestRecord
+
+__all__ = [
+    "AwaitPreparation",
+    "Preparation",
+    "PrepareWork",
+    "PreparedCompaction",
+    "applies",
+    "apply_prepared",
+    "finish_preparation",
+    "prefix_digest",
+    "prepared_event",
+    "start_preparation",
+]
+
+
+def prefix_digest(items: Sequence[Item]) -> bytes:
+    """A digest of ``items``' digests: what a prepared compaction was made from."""
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(item.digest)
+    return digest.digest()[:16]
+
+
+class PrepareWork(NamedTuple):
+    """What preparing a session's compaction needs (started after ``call_id``'s admission).
+
+    ``history`` is the history the call sent and ``client_items`` its request's items
+    after the leading system ones (the bytes of the items it forwards unchanged).
+    ``summary``: the summary request's target and bounds, as the stage would ask it.
+    """
+
+    session_id: str
+    call_id: str
+    history: GovernedHistory
+    client_items: Sequence[bytes]
+    codec: ItemCodec
+    compression: CompressionConfig
+    threshold: int
+    target: tuple[str, str]
+    fallback: tuple[str, str]
+    max_chars: int
+
+
+class AwaitPreparation(NamedTuple):
+    """A call that crossed the trigger waits up to ``wait_s`` for ``call_id``'s preparation."""
+
+    session_id: str
+    call_id: str
+    wait_s: float
+
+
+class PreparedCompaction(NamedTuple):
+    """A compaction ready to apply: the first ``messages`` items of a call's history, compacted.
+
+    ``call_id``: the call it was prepared from; ``history``: the compacted items, the
+    client items covered then, the summary.
+    """
+
+    call_id: str
+    messages: int
+    prefix: bytes
+    history: GovernedHistory
+    model: str
+    summarised: int
+    pruned: int
+    tokens_before: int
+    summary_raw: bytes
+
+
+class Preparation(NamedTuple):
+    """What a call that waited for a preparation got: the compaction (None: none in time)."""
+
+    prepared: PreparedCompaction | None
+    waited_ms: int
+
+
+def start_preparation(work: PrepareWork) -> tuple[Prepared, SummaryWork] | str:
+    """Phases 1 and 2, and the summary to ask for; or why there is nothing to prepare."""
+    prepared = prepare(work.history, work.client_items, work.codec, work.compression,
+                       work.threshold)
+    if prepared is None:
+        return "nothing to summarise"
+    previous = work.history.summary
+    previous_text = render(previous) if isinstance(previous, Summary) else (
+        previous if isinstance(previous, str) else None)
+    system, prompt = summary_request(prepared.middle, previous_text, "", work.max_chars)
+    return prepared, SummaryWork(
+        session_id=work.session_id, call_id=work.call_id, provider=work.target[0],
+        model=work.target[1], fallback_provider=work.fallback[0],
+        fallback_model=work.fallback[1], system=system, prompt=prompt,
+        max_chars=work.max_chars)
+
+
+def finish_preparation(work: PrepareWork, prepared: Prepared, result: object
+                       ) -> PreparedCompaction | str:
+    """Phase 4 around the model's summary; or why there is no prepared compaction."""
+    if not isinstance(result, SummaryResult) or not result.text or result.failure:
+        reason = result.failure if isinstance(result, SummaryResult) else ""
+        return f"the summary failed: {reason or 'no summary'}"
+    compaction = finish(prepared, result.text, work.codec, summariser="model",
+                        model=result.model)
+    if compaction is None:
+        return "the result would not have been 10 % smaller"
+    history = work.history
+    return PreparedCompaction(
+        call_id=work.call_id, messages=len(history.items), prefix=prefix_digest(history.items),
+        history=compaction.history, model=compaction.model, summarised=compaction.summarised,
+        pruned=compaction.pruned, tokens_before=history.tokens,
+        summary_raw=compaction.summary_raw)
+
+
+def applies(prepared: PreparedCompaction, history: GovernedHistory) -> bool:
+    """Whether ``history`` still starts with the items ``prepared`` was made from."""
+    covered = prepared.history.client
+    return (len(history.items) >= prepared.messages
+            and history.client[:len(covered)] == covered
+            and prefix_digest(history.items[:prepared.messages]) == prepared.prefix)
+
+
+def apply_prepared(prepared: PreparedCompaction, history: GovernedHistory) -> GovernedHistory:
+    """``history`` with ``prepared`` in place of the items it covers (see :func:`applies`)."""
+    items = (*prepared.history.items, *history.items[prepared.messages:])
+    return history._replace(items=items, tokens=sum(item.tokens for item in items),
+                            compressed=history.compressed + 1,
+                            summary=prepared.history.summary)
+
+
+def prepared_event(prepared: PreparedCompaction
+                   ) -> tuple[CompactionPrepared, tuple[tuple[str, bytes], ...]]:
+    """The event recording ``prepared``, and the contents it names (its stand-ins)."""
+    history = prepared.history
+    items = history.items
+    state = encode_summary(history.summary)
+    state_ref = content_ref(state)
+    record = RequestRecord(
+        appended=tuple((item.digest.hex(), item.size) for item in items),
+        tokens=tuple(item.tokens for item in items),
+        sources=tuple(item.source for item in items), covers=len(history.client))
+    contents = tuple(dict.fromkeys(
+        [(item.digest.hex(), item.raw) for item in items if item.raw is not None]
+        + [(state_ref[0], state)]))
+    event = CompactionPrepared(
+        call_id=prepared.call_id, prefix=prepared.prefix.hex(),
+        messages_before=prepared.messages, compacted=record, model=prepared.model,
+        summarised=prepared.summarised, pruned=prepared.pruned,
+        tokens_before=prepared.tokens_before, tokens_after=history.tokens,
+        summary=content_ref(prepared.summary_raw), state=state_ref)
+    return event, contents

@@ -1,0 +1,142 @@
+"""Compaction prepared ahead (issue 23): the call that crosses the trigger does not wait.
+
+The real daemon with the model summariser, whose fake answer takes 2 s. A session past
+the prepare mark has its compaction prepared in the background (CompactionPreparing, a
+summary side call whose parent is that call, CompactionPrepared); the later call that
+crosses the trigger applies it (ContextCompressed ``prepared``) and is forwarded without
+a summary call of its own. What it waited is logged, not asserted (timings are for bench/).
+"""
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loguru import logger
+from sessionwarden.events import (
+    CODEC,
+    CallAdmitted,
+    CompactionDropped,
+    CompactionPrepared,
+    CompactionPreparing,
+    ContextCompressed,
+    HistoryReset,
+)
+
+from tests.cmd.daemon_fixtures import MODEL as MODEL_NAME
+from tests.cmd.inprocess import InProcessDaemon
+from tests.cmd.test_context_e2e import SMALL, agent_session
+from tests.support.clock import FakeClock
+from tests.support.fake_provider import FakeProviderServer
+
+MODEL = ('[compression]\nsummariser = "model"\nsummary_model = "fake/sum-model"\n'
+         "prepare_wait_s = 10\n" + SMALL)
+SUMMARY = "## Goal\n- fix the failing test suite"
+
+
+def events(daemon: InProcessDaemon, session: str) -> list[Any]:
+    return [CODEC.decode(e.type, e.data)
+            for e in daemon.runtime.log.read_stream(f"session-{session}")]
+
+
+def wait_for(daemon: InProcessDaemon, session: str, kind: type, timeout: float = 15) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [e for e in events(daemon, session) if isinstance(e, kind)]
+        if found:
+            return found[-1]
+        time.sleep(0.05)
+    raise AssertionError(f"no {kind.__name__} in {timeout} s")
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, fake: FakeProviderServer) -> Any:
+    fake.state.by_model["sum-model"] = {"reply": SUMMARY, "delay_ms": 2000}
+    d = InProcessDaemon(tmp_path / "events.db", fake, extra_config=MODEL, clock=FakeClock())
+    try:
+        yield d.start()
+    finally:
+        d.stop()
+
+
+def play_until(daemon: InProcessDaemon, session: str, stop: type,
+               settle: type | None = None) -> int:
+    """Play the agent until an event of type ``stop``; after an event of type ``settle``
+    appears, wait for the preparation to land before the next call. Calls made."""
+    made = 0
+    with daemon.openai(session=session, timeout=30) as client:
+        for messages in agent_session(60):
+            started = time.monotonic()
+            client.chat.completions.create(model="small", messages=messages)  # type: ignore[arg-type]
+            made += 1
+            logger.info("call {} answered in {:.0f} ms", made, (time.monotonic() - started) * 1000)
+            found = events(daemon, session)
+            if any(isinstance(e, stop) for e in found):
+                return made
+            if settle is not None and any(isinstance(e, settle) for e in found):
+                wait_for(daemon, session, CompactionPrepared)
+                settle = None
+    raise AssertionError(f"the session never recorded a {stop.__name__}")
+
+
+def test_the_call_that_crosses_the_trigger_applies_the_prepared_compaction(
+    daemon: InProcessDaemon,
+) -> None:
+    play_until(daemon, "ahead", ContextCompressed, settle=CompactionPreparing)
+    found = events(daemon, "ahead")
+    [preparing] = [e for e in found if isinstance(e, CompactionPreparing)]
+    [prepared] = [e for e in found if isinstance(e, CompactionPrepared)]
+    [compressed] = [e for e in found if isinstance(e, ContextCompressed)]
+    assert prepared.call_id == preparing.call_id != compressed.call_id
+    assert compressed.prepared and compressed.summariser == "model"
+    assert compressed.waited_ms == 0 and compressed.tokens_after < compressed.tokens_before
+    # The one summary side call was the preparation's, made before the crossing call.
+    [side] = [e for e in found if isinstance(e, CallAdmitted) and e.purpose]
+    assert side.parent_call == preparing.call_id
+    assert [e for e in found if isinstance(e, CompactionDropped | HistoryReset)] == []
+
+
+def test_a_call_that_crosses_the_trigger_waits_for_a_running_preparation(
+    daemon: InProcessDaemon,
+) -> None:
+    """No settling: the crossing call comes while the 2 s summary is still running."""
+    play_until(daemon, "racing", ContextCompressed)
+    found = events(daemon, "racing")
+    [compressed] = [e for e in found if isinstance(e, ContextCompressed)]
+    sides = [e for e in found if isinstance(e, CallAdmitted) and e.purpose]
+    logger.info("the crossing call waited {} ms for the preparation", compressed.waited_ms)
+    assert compressed.prepared and len(sides) == 1
+
+
+def test_one_session_s_2000_message_compaction_never_holds_up_another_s_calls(
+    tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    """Both sessions on one shard: the big one's compaction runs in the CompressorActor and
+    its summary on the loop; the small one's calls are answered meanwhile."""
+    fake.state.by_model["sum-model"] = {"reply": SUMMARY, "delay_ms": 2000}
+    # No usage: our estimate stands uncalibrated, so the history sits past the prepare mark.
+    fake.state.by_model[MODEL_NAME] = {"usage": "missing"}
+    daemon = InProcessDaemon(tmp_path / "events.db", fake, extra_config=MODEL,
+                             clock=FakeClock(), runtime={"session_shards": 1}).start()
+    big: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    for i in range(1000):  # ~50,000 tokens: past the prepare mark of a 128K window
+        big.append({"role": "user", "content": f"step {i}: " + "check the module " * 8})
+        big.append({"role": "assistant", "content": f"done {i}: " + "it passes " * 8})
+    try:
+        with daemon.openai(session="big", timeout=30) as client:
+            # A session's first call never makes a side call: it starts the session.
+            client.chat.completions.create(model=MODEL_NAME, messages=big[:2])  # type: ignore[arg-type]
+            client.chat.completions.create(model=MODEL_NAME, messages=big)  # type: ignore[arg-type]
+        wait_for(daemon, "big", CompactionPreparing)
+        started = time.monotonic()
+        with daemon.openai(session="small", timeout=30) as client:
+            for i in range(5):
+                client.chat.completions.create(  # type: ignore[call-overload]
+                    model=MODEL_NAME, messages=[{"role": "user", "content": f"hi {i}"}])
+        logger.info("5 small calls answered in {:.0f} ms while the big session's compaction "
+                    "was prepared", (time.monotonic() - started) * 1000)
+        assert [e for e in events(daemon, "big") if isinstance(e, CompactionPrepared)] == []
+        prepared = wait_for(daemon, "big", CompactionPrepared)
+        assert prepared.messages_before == 2000
+    finally:
+        daemon.stop()
