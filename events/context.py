@@ -162,7 +162,10 @@ class ContextCompressed(Event, frozen=True):
     summary a later compression updates (the builtin's structure as JSON, or a model's
     text as a JSON string), stored so a restart rebuilds it; and ``prepared``, whether
     the compaction was prepared ahead (off the call's path), with ``waited_ms``, how long
-    the call waited for it.
+    the call waited for it; ``cache_write_usd``, the estimated cost of writing the
+    compacted prompt to the provider's cache (``tokens_after`` at its cache-write rate),
+    and ``saved_usd_per_call``, what each later call saves (the tokens saved at the
+    cache-read rate); ``""`` when the model has no price.
     """
 
     TAG: ClassVar[str] = "context.compressed.v2"
@@ -184,6 +187,8 @@ class ContextCompressed(Event, frozen=True):
     state: ContentRef = ("", 0)
     prepared: bool = False
     waited_ms: int = 0
+    cache_write_usd: str = ""
+    saved_usd_per_call: str = ""
 
 
 class SummariserFailed(Event, frozen=True):

@@ -118,7 +118,7 @@ def _times(value: Any) -> Any:
         return value.isoformat(timespec="microseconds")
     if isinstance(value, dict):
         return {k: _times(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [_times(v) for v in value]
     return value
 
@@ -300,14 +300,20 @@ def status_text(full: SessionStatus, now: datetime) -> str:
     if status.cache_read_percent is not None:
         lines.append(f"prompt cache: {status.cache_read_percent} % of prompt tokens read "
                      "from the provider's cache")
-    last = status.last_compression
     text = f"compressions: {status.compressions}"
-    if last is not None:
-        focus = f", focus {printable(repr(last.focus))}" if last.focus else ""
-        text += (f"\n  last {_time(last.at)}: {printable(last.trigger)}, "
-                 f"{printable(last.summariser)}, {_n(last.tokens_before)} -> "
-                 f"{_n(last.tokens_after)} tokens (saved {_n(last.saved_tokens)}, "
-                 f"{last.saved_percent} %), {last.summarised} messages summarised{focus}")
+    for one in status.recent_compressions:
+        focus = f", focus {printable(repr(one.focus))}" if one.focus else ""
+        ahead = (f", prepared ahead (waited {one.waited_ms} ms)" if one.prepared
+                 else ", made at the call")
+        cache = (f"; cache write ~${one.cache_write_usd}, saves ${one.saved_usd_per_call}"
+                 " a later call" if one.cache_write_usd else "")
+        text += (f"\n  {_time(one.at)}: {printable(one.trigger)}, "
+                 f"{printable(one.summariser)}{ahead}, {_n(one.tokens_before)} -> "
+                 f"{_n(one.tokens_after)} tokens (saved {_n(one.saved_tokens)}, "
+                 f"{one.saved_percent} %), {one.summarised} messages summarised{focus}{cache}")
+    if status.preparation:
+        text += (f"\n  next: {status.preparation} (prepared ahead from call "
+                 f"{printable(status.preparation_call)})")
     lines.append(text)
     text = f"spills: {status.spills}"
     if status.spills:

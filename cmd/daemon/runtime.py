@@ -14,6 +14,7 @@ was admitted but never completed (the daemon died while it was in flight) with o
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from sessionwarden.domain.calls import CallOutcome
 from sessionwarden.domain.classify.patterns import DEFAULT_BOOK, PatternBook
 from sessionwarden.domain.context.spill_turns import SpillWork
 from sessionwarden.domain.cost.price_book import PriceBook
+from sessionwarden.domain.cost.pricing import Price
 from sessionwarden.domain.credits.events import model_is_free
 from sessionwarden.domain.errors import BadPatterns, UnknownCall
 from sessionwarden.redact import default_redactor
@@ -65,6 +67,12 @@ Performer = Callable[[Any], Awaitable[Any]]
 def _holds_secret(data: bytes) -> bool:
     """Whether ``data`` holds one of the keys the pool resolved (raw or JSON-escaped)."""
     return default_redactor.scrub_secrets(data) != data
+
+
+def _price_of(book: PriceBook, provider: str, model: str, at: datetime) -> Price | None:
+    """``model``'s price at ``provider`` (None: unknown or included in a subscription)."""
+    found = book.lookup(provider, model, at=at)
+    return found.price if found.kind == "price" else None
 
 
 def error_patterns(config: Config) -> PatternBook:
@@ -146,9 +154,12 @@ class Runtime:
                                   self.log)
         # A spilled tool result is scrubbed by the log's redactor (registered keys and
         # key-shaped patterns) before its file is named and written (issue 21, item 9).
+        # Built once: the price library's data loads here (about 0.2 s), never per call.
+        prices = PriceBook(config)
         pipeline = pipeline or default_pipeline(config, str(self.spill_dir),
                                                 config.daemon.record_messages, _holds_secret,
-                                                default_redactor.redact, self.spills.gone())
+                                                default_redactor.redact, self.spills.gone(),
+                                                partial(_price_of, prices))
         # A call the upstream finds too long is governed again: compressed to half the
         # usual target, by the builtin summariser (no side call while a client waits).
         lower = config.compression
@@ -159,8 +170,6 @@ class Runtime:
                                   _holds_secret, default_redactor.redact,
                                   self.spills.gone()).stages[-1]
         self.performers[SpillWork] = partial(write_spills, self.spills)
-        # Built once: the price library's data loads here (about 0.2 s), never per call.
-        prices = PriceBook(config)
         #: Keeps the providers' price listings in ``prices`` current (``pricing_url``).
         self.listings = PriceListings(config, self.log, prices, clock=self.clock)
 

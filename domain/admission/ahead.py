@@ -14,7 +14,9 @@ Rules:
   ones, or before the last one was judged by a reading).
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from decimal import Decimal
 
 from sessionwarden.config import Config, UnknownModel, find_model
 from sessionwarden.domain.calls import CallRequest
@@ -24,6 +26,7 @@ from sessionwarden.domain.context.history import GovernedHistory
 from sessionwarden.domain.context.prepared import PreparedCompaction, PrepareWork, applies
 from sessionwarden.domain.context.transcript import content_ref
 from sessionwarden.domain.context.trigger import MAX_UNFIT_COMPRESSIONS, CompressionGuard
+from sessionwarden.domain.cost.pricing import Price
 from sessionwarden.domain.session import SessionState
 from sessionwarden.events import (
     CompactionDropped,
@@ -32,7 +35,29 @@ from sessionwarden.events import (
     Event,
 )
 
-__all__ = ["applied", "preparation", "ready", "summary_target"]
+__all__ = ["PriceOf", "applied", "cache_costs", "preparation", "ready", "summary_target"]
+
+#: The price of ``(provider, model)`` at a time, None if unknown (the runtime's price book).
+PriceOf = Callable[[str, str, datetime], Price | None]
+_MILLION = Decimal(1_000_000)
+_USD = Decimal("0.000001")
+
+
+def cache_costs(price: Price | None, written: int, saved: int) -> tuple[str, str]:
+    """What a compaction costs in cache and saves per later call, in USD (``""``: no price).
+
+    The compacted prompt is written to the provider's cache afresh (``written`` tokens at
+    its cache-write rate, else its input rate); each later call reads ``saved`` tokens
+    fewer from the cache (at its cache-read rate, else its input rate).
+    """
+    if price is None:
+        return "", ""
+    write = price.cache_write if price.cache_write is not None else price.input
+    read = price.cache_read if price.cache_read is not None else price.input
+    if write is None or read is None:
+        return "", ""
+    return (str((write * written / _MILLION).quantize(_USD)),
+            str((read * max(saved, 0) / _MILLION).quantize(_USD)))
 
 
 def ready(state: SessionState, history: GovernedHistory, call_id: str
@@ -84,7 +109,8 @@ def summary_target(config: Config, provider: str, model: str) -> tuple[str, str]
 
 def applied(prepared: PreparedCompaction, request: CallRequest, compacted: GovernedHistory,
             *, trigger: str, source: str, tokens_before: int, tokens_after: int,
-            threshold: int, messages_before: int, waited_ms: int) -> ContextCompressed:
+            threshold: int, messages_before: int, waited_ms: int,
+            costs: tuple[str, str] = ("", "")) -> ContextCompressed:
     """The ContextCompressed that records ``prepared`` applied to the call's history."""
     return ContextCompressed(
         call_id=request.call_id, trigger=trigger, summariser="model", model=prepared.model,
@@ -93,4 +119,4 @@ def applied(prepared: PreparedCompaction, request: CallRequest, compacted: Gover
         messages_after=len(compacted.items), summarised=prepared.summarised,
         pruned=prepared.pruned, summary=content_ref(prepared.summary_raw),
         state=content_ref(encode_summary(compacted.summary)), prepared=True,
-        waited_ms=waited_ms)
+        waited_ms=waited_ms, cache_write_usd=costs[0], saved_usd_per_call=costs[1])

@@ -32,7 +32,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from sessionwarden.config import Config
-from sessionwarden.domain.admission.ahead import applied, preparation, ready, summary_target
+from sessionwarden.domain.admission.ahead import (
+    PriceOf,
+    applied,
+    cache_costs,
+    preparation,
+    ready,
+    summary_target,
+)
 from sessionwarden.domain.admission.pipeline import Need, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.context.compression import (
@@ -112,8 +119,8 @@ def _cold_cache(config: Config, request: CallRequest, context: ContextUpdate | N
 def compress_step(config: Config, state: SessionState, request: CallRequest,
                   client_items: Sequence[bytes], codec: ItemCodec, history: GovernedHistory,
                   kept: int, events: list[Event], fixed: int, now: datetime,
-                  done: Done, known: Sequence[Message] = (), *, wait: bool = True
-                  ) -> StageResult:
+                  done: Done, known: Sequence[Message] = (), *, wait: bool = True,
+                  price: PriceOf | None = None) -> StageResult:
     """Compress ``history`` if due (module doc), then ``done(history, kept, events, update)``.
 
     ``kept`` is how many items of the previous call's history stay as they were (the
@@ -121,6 +128,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
     governed, already read (a compression reads only the others). ``fixed`` is the
     estimate of what is not history (the fields, the system items). ``wait``: whether
     to wait for a preparation still running (not when resuming from such a wait).
+    ``price`` prices the model, for the cache cost each compaction records.
     """
     compression = config.compression
     model = config.model_for(request.provider, request.model)
@@ -147,6 +155,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
     cold = not due and _cold_cache(config, request, context, figure.tokens, threshold, now)
     trigger = "requested" if requested is not None else "cold_cache" if cold else "threshold"
     ahead, dropped = ready(state, history, request.call_id)
+    rates = price(request.provider, request.model, now) if price is not None else None
     events = [*events, *dropped]
 
     def apply(prepared: PreparedCompaction, waited_ms: int) -> StageResult | None:
@@ -161,7 +170,8 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
         event = applied(prepared, request, compacted, trigger=trigger, source=(
             "real" if figure.source == "calibrated" else "estimated"),
             tokens_before=figure.tokens, tokens_after=tokens_after, threshold=threshold,
-            messages_before=len(history.items), waited_ms=waited_ms)
+            messages_before=len(history.items), waited_ms=waited_ms,
+            costs=cache_costs(rates, tokens_after, figure.tokens - tokens_after))
         return done(compacted, 0, [*events, event], update._replace(
             history=compacted, guard=record_compression(guard)))
 
@@ -178,7 +188,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
                 if outcome is not None:
                     return outcome
             return compress_step(config, state, request, client_items, codec, history, kept,
-                                 events, fixed, now, done, known, wait=False)
+                                 events, fixed, now, done, known, wait=False, price=price)
 
         return Need(AwaitPreparation(request.session_id, state.preparing,
                                      compression.prepare_wait_s), resume_wait)
@@ -205,6 +215,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
                         update._replace(health=health))
         after = fixed + compaction.history.tokens
         tokens_after = calibrated(cal, after) if cal else after
+        costs = cache_costs(rates, tokens_after, figure.tokens - tokens_after)
         event = ContextCompressed(
             call_id=request.call_id,
             trigger=trigger,
@@ -215,7 +226,8 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
             messages_after=len(compaction.history.items), summarised=compaction.summarised,
             pruned=compaction.pruned,
             summary=(content_key(compaction.summary_raw), len(compaction.summary_raw)),
-            state=content_ref(encode_summary(compaction.history.summary)))
+            state=content_ref(encode_summary(compaction.history.summary)),
+            cache_write_usd=costs[0], saved_usd_per_call=costs[1])
         if tokens_after > fit.room:
             return fit.refuse(tokens_after, [*events, *extra], compressed=True)
         return done(compaction.history, 0, [*events, *extra, event], update._replace(

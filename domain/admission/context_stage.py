@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 from sessionwarden.config import Config
+from sessionwarden.domain.admission.ahead import PriceOf
 from sessionwarden.domain.admission.compression_stage import compress_step
 from sessionwarden.domain.admission.pipeline import Need, Proceed, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
@@ -88,6 +89,9 @@ class ContextSettings(NamedTuple):
     holds_secret: Callable[[bytes], bool] = _nothing
     scrub: Callable[[str], str] = _same
     evicted: Collection[str] = frozenset()
+    #: The price of a model (the runtime's price book), for what a compaction costs in
+    #: cache; None: not priced.
+    price: PriceOf | None = None
 
 
 class _Call(NamedTuple):
@@ -198,7 +202,7 @@ def _extend(settings: ContextSettings, state: SessionState, call: _Call,
 
     return compress_step(settings.config, state, call.request, call.rest, codec, history,
                          call.kept, [*call.events, *spill_events], fixed, now, done,
-                         known=[message for message, _ in governed])
+                         known=[message for message, _ in governed], price=settings.price)
 
 
 def _system_tokens(call: _Call) -> int:

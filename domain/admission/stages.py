@@ -12,6 +12,7 @@ from datetime import datetime
 from functools import partial
 
 from sessionwarden.config import Config
+from sessionwarden.domain.admission.ahead import PriceOf
 from sessionwarden.domain.admission.caps_stage import spend_caps
 from sessionwarden.domain.admission.context_stage import ContextSettings, govern
 from sessionwarden.domain.admission.pipeline import Pipeline, StageResult, stage
@@ -26,7 +27,8 @@ def default_pipeline(config: Config, spill_dir: str = "spill",
                      record_messages: bool = True,
                      holds_secret: Callable[[bytes], bool] | None = None,
                      scrub: Callable[[str], str] | None = None,
-                     evicted: Collection[str] = frozenset()) -> Pipeline:
+                     evicted: Collection[str] = frozenset(),
+                     price: PriceOf | None = None) -> Pipeline:
     """The pipeline every session's calls go through under ``config``.
 
     ``spill_dir`` is where spill files are written, as the agent should read it (an
@@ -34,14 +36,15 @@ def default_pipeline(config: Config, spill_dir: str = "spill",
     the log (only their keys and sizes are recorded); ``holds_secret`` finds contents
     that must not be stored because they hold one of the daemon's keys; ``scrub``
     replaces the secrets of a tool result before it is spilled; ``evicted`` names the
-    spill files evicted since (a live view), whose stand-ins are re-rendered.
+    spill files evicted since (a live view), whose stand-ins are re-rendered; ``price``
+    prices a model (what a compaction costs in cache is recorded with it).
     """
     settings = ContextSettings(config, spill_dir, record_messages)
     if holds_secret is not None:
         settings = settings._replace(holds_secret=holds_secret)
     if scrub is not None:
         settings = settings._replace(scrub=scrub)
-    settings = settings._replace(evicted=evicted)
+    settings = settings._replace(evicted=evicted, price=price)
     bound = partial(govern, settings)
 
     @stage("context")

@@ -10,7 +10,9 @@ recorded, and answers what ``sessionwarden status --session`` and the control AP
   the provider's usage (its prompt tokens: input + cache read + cache write, the
   canonical buckets being disjoint), else ``estimated`` (our estimate at admission: the
   call is in flight, or the provider reported no usage);
-- compressions (the last one's savings), spills (bytes, and how many fell back to inline
+- compressions (the last one's savings; the latest ten with their trigger, whether
+  prepared ahead, the wait, and their cache cost vs savings), a compaction being prepared
+  or ready, spills (bytes, and how many fell back to inline
   truncation), history resets, summariser failures (the last one's cooldown end), and a
   compaction requested through the control API that no compression has served yet.
 
@@ -30,6 +32,9 @@ from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
     CallRefused,
+    CompactionDropped,
+    CompactionPrepared,
+    CompactionPreparing,
     CompactionRequested,
     CompactionSkipped,
     ContextCompressed,
@@ -42,6 +47,7 @@ from sessionwarden.events import (
 )
 
 __all__ = [
+    "RECENT",
     "ContextFigure",
     "ContextStatus",
     "FigureSource",
@@ -52,6 +58,8 @@ __all__ = [
     "with_threshold",
 ]
 
+#: How many of the latest compressions ``status`` lists.
+RECENT = 10
 #: ``real``: the provider's prompt tokens; ``estimated``: our estimate at admission.
 FigureSource = Literal["real", "estimated"]
 
@@ -81,6 +89,13 @@ class LastCompression(msgspec.Struct, frozen=True):
     messages_before: int
     messages_after: int
     summarised: int
+    #: Prepared ahead, off the call's path (and how long the call waited for it).
+    prepared: bool = False
+    waited_ms: int = 0
+    #: The estimated cost of the cache write it caused, and what each later call saves
+    #: (``""``: the model has no price).
+    cache_write_usd: str = ""
+    saved_usd_per_call: str = ""
 
 
 class LastFailure(msgspec.Struct, frozen=True):
@@ -135,6 +150,12 @@ class ContextStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: The share of the client calls' prompt tokens the provider read from its cache, in
     #: percent (None until a call reported its usage): what compressions cost in cache.
     cache_read_percent: float | None = None
+    #: The latest compressions, oldest first (at most :data:`RECENT`).
+    recent_compressions: tuple[LastCompression, ...] = ()
+    #: A compaction prepared ahead: ``"running"`` (its preparation), ``"ready"``, or "".
+    preparation: str = ""
+    #: The call it is (being) prepared from.
+    preparation_call: str = ""
 
 
 def with_threshold(status: ContextStatus, threshold_tokens: int, *, enabled: bool = True,
@@ -154,7 +175,9 @@ def _compression(event: ContextCompressed, at: datetime) -> LastCompression:
         model=event.model, focus=event.focus, source=event.source,
         tokens_before=event.tokens_before, tokens_after=event.tokens_after,
         saved_tokens=saved, saved_percent=percent, messages_before=event.messages_before,
-        messages_after=event.messages_after, summarised=event.summarised)
+        messages_after=event.messages_after, summarised=event.summarised,
+        prepared=event.prepared, waited_ms=event.waited_ms,
+        cache_write_usd=event.cache_write_usd, saved_usd_per_call=event.saved_usd_per_call)
 
 
 def fold_context(session_id: str,
@@ -186,6 +209,8 @@ class _Fold:
         self.limits: ContextLimits | None = None
         self.client_calls: set[str] = set()
         self.prompt_tokens = self.cache_read_tokens = 0
+        self.recent: tuple[LastCompression, ...] = ()
+        self.preparation = self.preparation_call = ""
 
     def add(self, event: Event, at: datetime) -> None:
         self.started = self.started or at
@@ -215,7 +240,16 @@ class _Fold:
         elif isinstance(event, ContextCompressed):
             self.compressions += 1
             self.compression = _compression(event, at)
+            self.recent = (*self.recent, self.compression)[-RECENT:]
             self.pending = None  # a compression serves any request made before it
+            self.preparation = self.preparation_call = ""  # used, or stale now
+        elif isinstance(event, CompactionPreparing):
+            self.preparation, self.preparation_call = "running", event.call_id
+        elif isinstance(event, CompactionPrepared):
+            self.preparation, self.preparation_call = "ready", event.call_id
+        elif isinstance(event, CompactionDropped):
+            if event.call_id == self.preparation_call:
+                self.preparation = self.preparation_call = ""
         elif isinstance(event, CompactionRequested):
             self.pending = PendingCompaction(event.focus, at)
         elif isinstance(event, CompactionSkipped):
@@ -247,4 +281,6 @@ class _Fold:
             compression_enabled=self.limits.compression if self.limits else True,
             limits_recorded=self.limits is not None,
             cache_read_percent=(round(100.0 * self.cache_read_tokens / self.prompt_tokens, 1)
-                                if self.prompt_tokens else None))
+                                if self.prompt_tokens else None),
+            recent_compressions=self.recent, preparation=self.preparation,
+            preparation_call=self.preparation_call)

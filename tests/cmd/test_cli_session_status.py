@@ -124,8 +124,8 @@ def test_status_session_text_escapes_what_it_read(
     assert ("context: 21,000 / 64,000 tokens (32.8 %, estimated); window 128,000 "
             "(as configured now)") in lines
     assert lines[lines.index("compressions: 1") + 1] == (
-        "  last 2026-12-01 09:01:00: threshold, builtin-fallback, 80,000 -> 20,000 tokens "
-        "(saved 60,000, 75.0 %), 40 messages summarised")
+        "  2026-12-01 09:01:00: threshold, builtin-fallback, made at the call, 80,000 -> "
+        "20,000 tokens (saved 60,000, 75.0 %), 40 messages summarised")
     assert "spills: 1 (150,000 bytes)" in lines
     assert lines[lines.index("summariser failures: 1") + 1].startswith(
         "  last 2026-12-01 09:01:00: openai/gpt-4o-mini: HTTP 503")

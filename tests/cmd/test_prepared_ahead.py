@@ -8,6 +8,7 @@ a summary call of its own. What it waited is logged, not asserted (timings are f
 """
 
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from sessionwarden.events import (
     ContextCompressed,
     HistoryReset,
 )
+from sessionwarden.views.session_status import read_status, status_text
 
 from tests.cmd.daemon_fixtures import MODEL as MODEL_NAME
 from tests.cmd.inprocess import InProcessDaemon
@@ -30,7 +32,9 @@ from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer
 
 MODEL = ('[compression]\nsummariser = "model"\nsummary_model = "fake/sum-model"\n'
-         "prepare_wait_s = 10\n" + SMALL)
+         "prepare_wait_s = 10\n" + SMALL
+         + 'price = { input = "3.00", output = "15.00", cache_read = "0.30", '
+           'cache_write = "3.75" }\n')
 SUMMARY = "## Goal\n- fix the failing test suite"
 
 
@@ -90,6 +94,17 @@ def test_the_call_that_crosses_the_trigger_applies_the_prepared_compaction(
     assert prepared.call_id == preparing.call_id != compressed.call_id
     assert compressed.prepared and compressed.summariser == "model"
     assert compressed.waited_ms == 0 and compressed.tokens_after < compressed.tokens_before
+    # What the compaction costs in cache, priced at the model's rates ($3.75 / $0.30 per M).
+    assert compressed.cache_write_usd == str(
+        (Decimal("3.75") * compressed.tokens_after / 1_000_000).quantize(Decimal("0.000001")))
+    saved = compressed.tokens_before - compressed.tokens_after
+    assert compressed.saved_usd_per_call == str(
+        (Decimal("0.30") * saved / 1_000_000).quantize(Decimal("0.000001")))
+    status = read_status(daemon.runtime.log, daemon.config, "ahead", daemon.runtime.clock.now())
+    assert status is not None
+    text = status_text(status, daemon.runtime.clock.now())
+    assert ("prepared ahead (waited 0 ms)" in text
+            and f"cache write ~${compressed.cache_write_usd}" in text), text
     # The one summary side call was the preparation's, made before the crossing call.
     [side] = [e for e in found if isinstance(e, CallAdmitted) and e.purpose]
     assert side.parent_call == preparing.call_id

@@ -165,6 +165,7 @@ EXPECTED: dict[str, Event] = {
         tokens_before=70_000, tokens_after=21_000,
         threshold=64_000, messages_before=160, messages_after=24, summarised=130, pruned=17,
         summary=("5e" * 16, 2400), state=("5f" * 16, 2210), prepared=True, waited_ms=12,
+        cache_write_usd="0.078750", saved_usd_per_call="0.014700",
     ),
     "context.summariser_failed.v1": SummariserFailed(
         call_id="c3vd2xk7m4qa5bdg", model="openai/gpt-4.1-mini", reason="upstream 503",
