@@ -1,12 +1,10 @@
 """CompressorActor: compaction work off the sessions' threads, and the summariser's record.
 
-A session past its prepare mark has its compaction prepared here (issue 23): the proxy
-asks :class:`Prepare` (phases 1 and 2: decoding and cutting a history of thousands of
-items, on this actor's thread, never a session shard's nor the event loop), makes the
-summary side call, then asks :class:`FinishPreparation` (phase 4). A summary model that
-fails for one session is cooling for all: the proxy asks :class:`SummariserCooling`,
-answered from ``view_summarisers`` (folded from every session's ``SummariserFailed`` and
-accepted summaries, so a restart recovers it).
+It runs a preparation's phases (:class:`Prepare`: decoding and cutting a history of
+thousands of items; :class:`FinishPreparation`: assembling it around the summary) on its
+own thread, never a session shard's nor the event loop (issue 23), and answers
+:class:`SummariserCooling` from ``view_summarisers``: a summary model that fails for one
+session is cooling for all, and after a restart. The flow: ``cmd/daemon/prepare.py``.
 """
 
 from collections.abc import Callable

@@ -1,19 +1,20 @@
 """Compactions prepared ahead: the background work a call past the prepare mark starts.
 
-The compression stage decides (``domain.admission.ahead``); this module runs the work,
-on the event loop, never in a client call's path: once the admission of a call past the
-prepare mark is durable, :func:`start_preparation` starts a task that asks the
-CompressorActor for phases 1 and 2 (:class:`~sessionwarden.actors.shells.Prepare`), makes
-the summary side call (``cmd.daemon.summarise``: admitted, metered and completed like
-any, its parent the call that started it), asks the CompressorActor for phase 4, and
-hands the result to the session (:class:`~sessionwarden.actors.messages.AdoptPrepared`),
-which records it (CompactionPrepared) or drops it (CompactionDropped).
+The compression stage decides (``domain.admission.ahead``); this module runs the work on
+the event loop, never in a client call's path, and a call that crosses the trigger while
+it runs waits for it a bounded while (:func:`await_preparation`).
 
-A later call that crosses the trigger while the task runs asks for
-:class:`~sessionwarden.domain.context.prepared.AwaitPreparation`: :func:`await_preparation`
-waits for the task up to ``[compression] prepare_wait_s``, then the call compacts on its
-own. Tasks are memory only: a preparation in flight at a restart is simply not there (the
-next call past the mark prepares again).
+Rules:
+- Once the admission of a call past the prepare mark is durable, :func:`start_preparation`
+  starts a task: phases 1-2 in the CompressorActor (:class:`~sessionwarden.actors.shells.
+  Prepare`), the summary side call (``cmd.daemon.summarise``: admitted, metered and
+  completed like any, its parent the call that started it), phase 4 in the
+  CompressorActor, then the session records the result or drops it
+  (:class:`~sessionwarden.actors.messages.AdoptPrepared`).
+- A call that crosses the trigger meanwhile waits up to ``[compression]
+  prepare_wait_s``, then compacts on its own.
+- Tasks are memory only: a preparation in flight at a stop is cancelled; the next call
+  past the mark prepares again.
 """
 
 import asyncio

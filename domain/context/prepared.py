@@ -1,12 +1,10 @@
 """A compaction prepared ahead, off the call's path, and applied when a call needs it.
 
 With the model summariser, the call that crosses the trigger used to wait for a whole
-summary call (seconds) before it was sent. Instead, a call past the prepare mark
-(``[compression] prepare_ratio`` of the trigger) has the compaction of the history it
-sent prepared in the background (:class:`PrepareWork`: the phases in the
-CompressorActor, the summary side call on the event loop); the session adopts the result
-as a :class:`PreparedCompaction`. A later call that crosses the trigger applies it with
-:func:`apply_prepared`: the compacted items replace the items it covers, and the items
+summary call (seconds). Now a call past the prepare mark has its history's compaction
+prepared in the background (:class:`PrepareWork`), adopted by the session as a
+:class:`PreparedCompaction`; the call that crosses the trigger applies it
+(:func:`apply_prepared`): the compacted items replace those it covers, and the items
 appended since follow verbatim.
 
 Rules:
