@@ -115,6 +115,7 @@ class SessionActor(GovernedActor):
         on_failure: Callable[[BaseException], None] | None = None,
         prices: PriceBook | None = None,
         resend: Stage | None = None,
+        keep_content: Callable[[bytes], bool] | None = None,
     ) -> None:
         """Serve sessions from ``log``, keeping at most ``max_sessions`` in memory.
 
@@ -123,7 +124,9 @@ class SessionActor(GovernedActor):
         ``prices`` prices each completion (without it every cost is ``unknown``).
         ``resend`` is the context stage a call the upstream found too long is governed
         again with (a lower compression target, the builtin summariser); without it such
-        a call is not resent.
+        a call is not resent. ``keep_content`` says whether a content the actor records
+        itself (a compaction prepared ahead) may be stored: None when message recording
+        is off; False for one holding a key the daemon uses.
         """
         super().__init__(on_failure)
         self._log = log
@@ -132,6 +135,7 @@ class SessionActor(GovernedActor):
         self._redact = redact
         self._prices = prices
         self._resend = resend
+        self._keep_content = keep_content
         self._max = max_sessions
         self._max_pending = max_pending
         self._sessions: OrderedDict[str, SessionState] = OrderedDict()
@@ -312,7 +316,7 @@ class SessionActor(GovernedActor):
         if reason:
             events, answer = (CompactionDropped(call_id=message.call_id, reason=reason),), None
         else:
-            event, stored = prepared_event(outcome)
+            event, stored = prepared_event(outcome, self._keep_content)
             events, answer = (event,), outcome
             contents = tuple(Content(key, data) for key, data in stored)
         for e in events:

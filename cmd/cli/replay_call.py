@@ -40,6 +40,9 @@ from sessionwarden.events import (
     CallCompleted,
     CallRefused,
     CallResent,
+    CompactionDropped,
+    CompactionPrepared,
+    CompactionPreparing,
     ContentRef,
     ContextCompressed,
     Event,
@@ -58,7 +61,7 @@ _json = msgspec.json.Encoder()
 
 #: The events that explain a call's request, besides its admission and completion.
 _DECISIONS = (ToolResultSpilled, ContextCompressed, SummariserFailed, HistoryReset,
-              CallResent)
+              CallResent, CompactionPreparing, CompactionPrepared, CompactionDropped)
 
 
 def content_references(event: Event) -> Iterator[str]:
@@ -71,6 +74,13 @@ def content_references(event: Event) -> Iterator[str]:
         for key, _ in refs:
             if key not in withheld:
                 yield key
+    elif isinstance(event, CompactionPrepared) and event.compacted.stored:
+        compacted = event.compacted
+        withheld = set(compacted.withheld)
+        keys = [key for (key, _), source in zip(compacted.appended, compacted.sources,
+                                                 strict=True) if source < 0]
+        yield from (key for key in dict.fromkeys((*keys, event.summary[0], event.state[0]))
+                    if key not in withheld)
 
 
 @dataclass
@@ -201,7 +211,19 @@ def decision_line(event: Event) -> str:
         return (f"compressed ({event.trigger}{focus}): {event.tokens_before:,} -> "
                 f"{event.tokens_after:,} tokens ({event.source}), threshold "
                 f"{event.threshold:,}; {event.messages_before} -> {event.messages_after} "
-                f"messages, {event.summarised} summarised by {by}, {event.pruned} pruned")
+                f"messages, {event.summarised} summarised by {by}, {event.pruned} pruned"
+                + (f"; prepared ahead (waited {event.waited_ms} ms)" if event.prepared else "")
+                + (f"; cache write ~${event.cache_write_usd}, saves "
+                   f"${event.saved_usd_per_call} a later call" if event.cache_write_usd else ""))
+    if isinstance(event, CompactionPreparing):
+        return (f"past the prepare mark: the compaction of its {event.messages} messages "
+                f"(~{event.tokens:,} tokens) is prepared ahead")
+    if isinstance(event, CompactionPrepared):
+        return (f"compaction prepared ahead: {event.messages_before} messages, "
+                f"{event.tokens_before:,} -> {event.tokens_after:,} tokens, "
+                f"{event.summarised} summarised by {event.model or event.summariser}")
+    if isinstance(event, CompactionDropped):
+        return f"compaction prepared ahead dropped: {event.reason}"
     if isinstance(event, SummariserFailed):
         return (f"summariser {event.model} failed ({event.reason}): {event.action}, "
                 f"cooldown {event.cooldown_s:g} s")

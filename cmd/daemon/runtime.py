@@ -69,6 +69,11 @@ def _holds_secret(data: bytes) -> bool:
     return default_redactor.scrub_secrets(data) != data
 
 
+def _storable(data: bytes) -> bool:
+    """Whether a content may go to the log: it holds none of the daemon's keys."""
+    return not _holds_secret(data)
+
+
 def _price_of(book: PriceBook, provider: str, model: str, at: datetime) -> Price | None:
     """``model``'s price at ``provider`` (None: unknown or included in a subscription)."""
     found = book.lookup(provider, model, at=at)
@@ -186,7 +191,8 @@ class Runtime:
         specs += [
             ActorSpec(f"session-{i}", lambda f: SessionActor.start(
                 log, pipeline=pipeline, clock=clock_, max_sessions=max_sessions_per_shard,
-                on_failure=f, prices=prices, resend=resend))
+                on_failure=f, prices=prices, resend=resend,
+                keep_content=_storable if config.daemon.record_messages else None))
             for i in range(session_shards)
         ]
         #: The credit notices up per key, for the ``x-sessionwarden-notice`` header.

@@ -16,7 +16,7 @@ Rules:
 """
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from sessionwarden.config import CompressionConfig
@@ -159,20 +159,29 @@ def apply_prepared(prepared: PreparedCompaction, history: GovernedHistory) -> Go
                             summary=prepared.history.summary)
 
 
-def prepared_event(prepared: PreparedCompaction
+def prepared_event(prepared: PreparedCompaction, keep: Callable[[bytes], bool] | None = None
                    ) -> tuple[CompactionPrepared, tuple[tuple[str, bytes], ...]]:
-    """The event recording ``prepared``, and the contents it names (its stand-ins)."""
+    """The event recording ``prepared``, and the contents to store with it.
+
+    ``keep`` says whether a content may be stored (None: recording is off, none is;
+    one holding a key the daemon uses is not): the event names those left out as
+    ``withheld``, as a call's record does.
+    """
     history = prepared.history
     items = history.items
     state = encode_summary(history.summary)
     state_ref = content_ref(state)
+    candidates = dict.fromkeys(
+        [(item.digest.hex(), item.raw) for item in items if item.raw is not None]
+        + [(state_ref[0], state)])
+    contents = tuple(c for c in candidates if keep is not None and keep(c[1]))
+    kept = {key for key, _ in contents}
     record = RequestRecord(
         appended=tuple((item.digest.hex(), item.size) for item in items),
         tokens=tuple(item.tokens for item in items),
-        sources=tuple(item.source for item in items), covers=len(history.client))
-    contents = tuple(dict.fromkeys(
-        [(item.digest.hex(), item.raw) for item in items if item.raw is not None]
-        + [(state_ref[0], state)]))
+        sources=tuple(item.source for item in items), covers=len(history.client),
+        stored=keep is not None,
+        withheld=tuple(key for key, _ in candidates if keep is not None and key not in kept))
     event = CompactionPrepared(
         call_id=prepared.call_id, prefix=prepared.prefix.hex(),
         messages_before=prepared.messages, compacted=record, model=prepared.model,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from loguru import logger
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.events import (
     CODEC,
     CallAdmitted,
@@ -84,7 +85,7 @@ def play_until(daemon: InProcessDaemon, session: str, stop: type,
 
 
 def test_the_call_that_crosses_the_trigger_applies_the_prepared_compaction(
-    daemon: InProcessDaemon,
+    daemon: InProcessDaemon, capsys: pytest.CaptureFixture[str],
 ) -> None:
     play_until(daemon, "ahead", ContextCompressed, settle=CompactionPreparing)
     found = events(daemon, "ahead")
@@ -105,6 +106,15 @@ def test_the_call_that_crosses_the_trigger_applies_the_prepared_compaction(
     text = status_text(status, daemon.runtime.clock.now())
     assert ("prepared ahead (waited 0 ms)" in text
             and f"cache write ~${compressed.cache_write_usd}" in text), text
+    # replay names every step at its call, and the log holds every content they name.
+    assert main(["replay", "--verify", "--db", str(daemon.db)]) == 0
+    for call, step in ((preparing.call_id, "is prepared ahead"),
+                       (prepared.call_id, "compaction prepared ahead:"),
+                       (compressed.call_id, "prepared ahead (waited 0 ms)")):
+        capsys.readouterr()
+        assert main(["replay", "--db", str(daemon.db), "--session", "ahead",
+                     "--call", call]) == 0
+        assert step in capsys.readouterr().out
     # The one summary side call was the preparation's, made before the crossing call.
     [side] = [e for e in found if isinstance(e, CallAdmitted) and e.purpose]
     assert side.parent_call == preparing.call_id
