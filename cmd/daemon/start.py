@@ -98,6 +98,10 @@ class _Server(uvicorn.Server):
             self.should_exit = True
 
 
+#: How long a stop lets the compactions being prepared ahead land.
+PREPARATION_GRACE_S = 5.0
+
+
 class _Lifespan:
     """Starts and stops the loop work: price listings, the balance poller, the upstream client."""
 
@@ -122,9 +126,12 @@ class _Lifespan:
                     self._polling.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await self._polling
-                # Preparations in flight are memory only: cancelled (their side calls
-                # complete their records on the way out), prepared again after a start.
+                # A preparation in flight has its summary paid for: it may land for a
+                # few seconds; past that it is cancelled (its side call completes its
+                # record on the way out) and the next call past the mark prepares again.
                 preparing = list(self.app.runtime.preparations.values())
+                if preparing:
+                    await asyncio.wait(preparing, timeout=PREPARATION_GRACE_S)
                 for task in preparing:
                     task.cancel()
                 await asyncio.gather(*preparing, return_exceptions=True)

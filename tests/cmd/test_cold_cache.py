@@ -6,9 +6,10 @@ next call (``ContextCompressed.trigger = "cold_cache"``); a warm one waits for i
 trigger. The daemon runs on the tests' fake clock, so "idle for five minutes" takes none.
 """
 
+import time
 from typing import Any
 
-from sessionwarden.events import CODEC, ContextCompressed
+from sessionwarden.events import CODEC, CallAdmitted, CompactionPrepared, ContextCompressed
 
 from tests.cmd.daemon_fixtures import MODEL
 from tests.cmd.inprocess import InProcessDaemon
@@ -57,3 +58,41 @@ def test_a_session_past_the_prepare_mark_is_compressed_once_its_cache_is_cold(
 
 def test_a_warm_session_waits_for_its_trigger(daemons: Daemons) -> None:
     assert two_calls(daemons, "busy", idle_s=60) == []
+
+
+def test_a_cold_session_gets_its_prepared_compaction_applied(daemons: Daemons) -> None:
+    """The model summariser: the compaction prepared past the mark is what the cold
+    cache's moment applies (no summary call at that call)."""
+    daemons.fake.state.by_model["sum-model"] = {"reply": "## Goal\n- answer the questions"}
+    # No usage: the first call's reading does not recalibrate the figure under the mark.
+    daemons.fake.state.by_model[MODEL] = {"usage": "missing"}
+    daemon = daemons.start(provider_extra=COLD + 'summariser = "model"\n'
+                           'summary_model = "fake/sum-model"\n')
+    messages = conversation(16)  # ~2,150 tokens: past the mark (2,000)
+    with daemon.openai(session="ahead") as client:
+        client.chat.completions.create(model=MODEL, messages=messages[:2])  # type: ignore[arg-type]
+        client.chat.completions.create(model=MODEL, messages=messages)  # type: ignore[arg-type]
+        events = wait_for_prepared(daemon, "ahead")
+        daemons.clock.advance(301)
+        messages += [{"role": "assistant", "content": "done"},
+                     {"role": "user", "content": "and now?"}]
+        client.chat.completions.create(model=MODEL, messages=messages)  # type: ignore[arg-type]
+    [compressed] = compressions(daemon, "ahead")
+    assert (compressed.trigger, compressed.prepared) == ("cold_cache", True)
+    sides = [e for e in read(daemon, "ahead") if isinstance(e, CallAdmitted) and e.purpose]
+    assert len(sides) == 1 and sides[0].parent_call == events[-1].call_id
+
+
+def read(daemon: InProcessDaemon, session: str) -> list[Any]:
+    return [CODEC.decode(e.type, e.data)
+            for e in daemon.runtime.log.read_stream(f"session-{session}")]
+
+
+def wait_for_prepared(daemon: InProcessDaemon, session: str) -> list[CompactionPrepared]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = [e for e in read(daemon, session) if isinstance(e, CompactionPrepared)]
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"no compaction was prepared: {read(daemon, session)}")

@@ -165,3 +165,15 @@ def test_one_session_s_2000_message_compaction_never_holds_up_another_s_calls(
         assert prepared.messages_before == 2000
     finally:
         daemon.stop()
+
+
+def test_a_reset_drops_the_prepared_compaction(daemon: InProcessDaemon) -> None:
+    play_until(daemon, "reset", CompactionPrepared, settle=CompactionPreparing)
+    prepared = wait_for(daemon, "reset", CompactionPrepared)
+    with daemon.openai(session="reset") as client:  # the client starts over
+        client.chat.completions.create(  # type: ignore[call-overload]
+            model="small", messages=[{"role": "user", "content": "a new task"}])
+    found = events(daemon, "reset")
+    [dropped] = [e for e in found if isinstance(e, CompactionDropped)]
+    assert dropped.call_id == prepared.call_id and "stale" in dropped.reason
+    assert [e for e in found if isinstance(e, HistoryReset)]
