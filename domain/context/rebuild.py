@@ -56,13 +56,17 @@ class _Slot(NamedTuple):
 class HistoryFold:
     """Folds one session's events, in log order, into the history it forwarded last."""
 
-    __slots__ = ("_decided", "broken", "call_id", "client", "compressed", "fields",
-                 "prepared", "slots", "state_key", "system", "unstored")
+    __slots__ = ("_decided", "_segments", "_size", "broken", "call_id", "client",
+                 "compressed", "fields", "prepared", "state_key", "system", "unstored")
 
     def __init__(self) -> None:
         """An empty fold: no history yet."""
         self._decided: dict[str, list[Event]] = {}
-        self.slots: list[_Slot] = []
+        # The history's items as the records that appended them, each with how many of its
+        # items still count: no item is built before :meth:`result` (most are dropped by a
+        # later compression first).
+        self._segments: list[tuple[RequestRecord, int]] = []
+        self._size = 0
         self.client: list[bytes] = []
         self.call_id = ""
         self.compressed = 0
@@ -116,7 +120,7 @@ class HistoryFold:
 
     def _reset(self) -> None:
         self.prepared = None
-        self.slots, self.client = [], []
+        self._segments, self._size, self.client = [], 0, []
         self.call_id, self.compressed, self.state_key = "", 0, ""
         self.fields = self.system = None
         self.broken, self.unstored = "", False
@@ -132,12 +136,12 @@ class HistoryFold:
             self._break("a call recorded before CallAdmitted v5")
             return
         if record.base:
-            if record.base != self.call_id or record.kept > len(self.slots):
+            if record.base != self.call_id or record.kept > self._size:
                 self._break(f"call {call_id}'s record does not extend the last history")
                 return
-            del self.slots[record.kept:]
+            self._keep(record.kept)
         else:
-            self.slots.clear()
+            self._segments, self._size = [], 0
         covered = len(self.client)
         sourced = {source: key for (key, _), source in zip(appended, record.sources,
                                                           strict=True) if source >= covered}
@@ -151,16 +155,40 @@ class HistoryFold:
         if len(self.client) != record.covers:
             self._break(f"call {call_id}'s record covers fewer messages than before")
             return
-        self.slots.extend(_Slot(key, size, tokens, source) for (key, size), tokens, source
-                          in zip(appended, record.tokens, record.sources, strict=True))
+        if appended:
+            self._segments.append((record, len(appended)))
+            self._size += len(appended)
         self.fields = record.fields if record.fields is not None else self.fields
         self.system = record.system if record.system is not None else self.system
         self.unstored = self.unstored or not record.stored
         self.call_id = call_id
 
+    def _keep(self, kept: int) -> None:
+        """Keep the history's first ``kept`` items."""
+        segments = self._segments
+        while self._size > kept:
+            record, count = segments[-1]
+            over = self._size - kept
+            if count <= over:
+                segments.pop()
+                self._size -= count
+            else:
+                segments[-1] = (record, count - over)
+                self._size = kept
+
+    @property
+    def slots(self) -> list[_Slot]:
+        """The history's items as recorded, in order."""
+        return [_Slot(key, size, tokens, source)
+                for record, count in self._segments
+                for (key, size), tokens, source in zip(record.appended[:count],
+                                                       record.tokens[:count],
+                                                       record.sources[:count], strict=True)]
+
     def needs(self) -> set[str]:
         """The content keys :meth:`result` reads: the stand-ins and the summary state."""
-        keys = {slot.key for slot in self.slots if slot.source < 0}
+        slots = self.slots
+        keys = {slot.key for slot in slots if slot.source < 0}
         if self.compressed and self.state_key:
             keys.add(self.state_key)
         prepared = self.prepared
@@ -186,7 +214,7 @@ class HistoryFold:
         items = tuple(
             Item(bytes.fromhex(slot.key), slot.size, slot.tokens,
                  contents[slot.key] if slot.source < 0 else None, slot.source)
-            for slot in self.slots)
+            for slot in self.slots)  # built once: the few items the last history has
         if any(item.source >= len(self.client) for item in items):
             return "a recorded item forwards a message the history does not cover"
         summary = decode_summary(contents[self.state_key]) if self.compressed else None
