@@ -169,11 +169,11 @@ class RequestCompaction(msgspec.Struct, frozen=True):
 
 
 class AdoptPrepared(msgspec.Struct, frozen=True):
-    """A compaction prepared ahead from call ``call_id``'s history is done (``outcome``).
+    """A compression prepared ahead from call ``call_id``'s history is done (``outcome``).
 
-    ``outcome`` is a ``domain.context.prepared.PreparedCompaction``, or the reason there
-    is none. Reply: the compaction once CompactionPrepared is durable, or None when it is
-    dropped (CompactionDropped: failed, or stale: the history changed meanwhile).
+    ``outcome`` is a ``domain.context.prepared.PreparedCompression``, or the reason there
+    is none. Reply: the compression once CompressionPrepared is durable, or None when it is
+    dropped (CompressionDropped: failed, or stale: the history changed meanwhile).
     """
 
     session_id: str

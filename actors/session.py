@@ -56,7 +56,7 @@ from sessionwarden.domain.admission.pipeline import (
 )
 from sessionwarden.domain.admission.stages import default_pipeline
 from sessionwarden.domain.calls import complete_call
-from sessionwarden.domain.context.prepared import PreparedCompaction, applies, prepared_event
+from sessionwarden.domain.context.prepared import PreparedCompression, applies, prepared_event
 from sessionwarden.domain.context.transcript import content_key
 from sessionwarden.domain.cost.price_book import PriceBook
 from sessionwarden.domain.errors import UnknownCall
@@ -64,9 +64,9 @@ from sessionwarden.domain.session import SessionState, recover, resume, session_
 from sessionwarden.events import (
     CODEC,
     CallResent,
-    CompactionDropped,
     CompactionRequested,
     CompactionSkipped,
+    CompressionDropped,
     ContextCompressed,
     Event,
     SessionStarted,
@@ -125,7 +125,7 @@ class SessionActor(GovernedActor):
         ``resend`` is the context stage a call the upstream found too long is governed
         again with (a lower compression target, the builtin summariser); without it such
         a call is not resent. ``keep_content`` says whether a content the actor records
-        itself (a compaction prepared ahead) may be stored: None when message recording
+        itself (a compression prepared ahead) may be stored: None when message recording
         is off; False for one holding a key the daemon uses.
         """
         super().__init__(on_failure)
@@ -297,7 +297,7 @@ class SessionActor(GovernedActor):
         return PENDING
 
     def _adopt_prepared(self, message: AdoptPrepared, reply: Reply) -> object:
-        """Record a compaction prepared ahead, ready for the call that needs it; or drop it.
+        """Record a compression prepared ahead, ready for the call that needs it; or drop it.
 
         It is kept only while it is the preparation the session waits for and the
         history still starts with what it was made from (a call may have compressed or
@@ -309,12 +309,12 @@ class SessionActor(GovernedActor):
         reason = outcome if isinstance(outcome, str) else (
             "stale: the history changed while it was prepared"
             if state.preparing != message.call_id or history is None
-            or not isinstance(outcome, PreparedCompaction) or not applies(outcome, history)
+            or not isinstance(outcome, PreparedCompression) or not applies(outcome, history)
             else "")
         events: tuple[Event, ...]
         contents: tuple[Content, ...] = ()
         if reason:
-            events, answer = (CompactionDropped(call_id=message.call_id, reason=reason),), None
+            events, answer = (CompressionDropped(call_id=message.call_id, reason=reason),), None
         else:
             event, stored = prepared_event(outcome, self._keep_content)
             events, answer = (event,), outcome

@@ -1,4 +1,4 @@
-"""CompressorActor: compaction work off the sessions' threads, and the summariser's record.
+"""CompressorActor: compression work off the sessions' threads, and the summariser's record.
 
 It runs a preparation's phases (:class:`Prepare`: decoding and cutting a history of
 thousands of items; :class:`FinishPreparation`: assembling it around the summary) on its
@@ -42,7 +42,7 @@ class Prepare(msgspec.Struct, frozen=True):
 class FinishPreparation(msgspec.Struct, frozen=True):
     """Assemble ``prepared`` around the summary ``result`` (a ``SummaryResult``).
 
-    Reply: a ``PreparedCompaction``, or the reason there is none.
+    Reply: a ``PreparedCompression``, or the reason there is none.
     """
 
     work: Any
@@ -51,7 +51,7 @@ class FinishPreparation(msgspec.Struct, frozen=True):
 
 
 class CompressorActor(GovernedActor):
-    """Runs compaction work off the sessions' threads; knows the summariser's cooldowns."""
+    """Runs compression work off the sessions' threads; knows the summariser's cooldowns."""
 
     def __init__(self, on_failure: Callable[[BaseException], None] | None = None,
                  log: EventLog | None = None, clock: Clock | None = None) -> None:

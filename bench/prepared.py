@@ -1,8 +1,8 @@
-"""The call that crosses the trigger, with a compaction prepared ahead and with none.
+"""The call that crosses the trigger, with a compression prepared ahead and with none.
 
 Run ``.venv/bin/python bench/prepared.py [--rounds N] [--delay-ms MS]``. Issue 23's target:
 with the model summariser, the call that crosses the compression trigger with a prepared
-compaction takes at most 5 % of the summary call's duration more than an ordinary call
+compression takes at most 5 % of the summary call's duration more than an ordinary call
 (the summary it used to wait for: here the fake's answer takes 2 s).
 
 A real daemon in this process (``tests/cmd/inprocess.py``'s ``InProcessDaemon``: the
@@ -19,8 +19,8 @@ Each mode plays the tool-heavy agent session of ``tests/cmd/test_context_e2e.py`
 (``agent_session``: 1-3 parallel tool results of 20-60 lines a turn, the whole history
 resent each call) from a fresh database until the call whose admission records
 ``context.compressed.v2`` (ContextCompressed): the crossing call. In mode A, after the
-call that records ``context.compaction_preparing.v1``, the next call waits until
-``context.compaction_prepared.v1`` is in the log, as an agent thinking between calls would.
+call that records ``context.compression_preparing.v1``, the next call waits until
+``context.compression_prepared.v1`` is in the log, as an agent thinking between calls would.
 Calls are plain ``POST /v1/chat/completions`` from one ``httpx.Client`` (keep-alive),
 timed in wall time (``perf_counter``) client to client.
 
@@ -49,8 +49,8 @@ from sessionwarden.events import (
     CODEC,
     CallAdmitted,
     CallCompleted,
-    CompactionPrepared,
-    CompactionPreparing,
+    CompressionPrepared,
+    CompressionPreparing,
     ContextCompressed,
 )
 
@@ -140,9 +140,9 @@ def play(fake: FakeProviderServer, db: Path, ahead: bool, delay_ms: int,
                 done = [e for e in found if isinstance(e, ContextCompressed)]
                 if done:
                     break
-                if settle and any(isinstance(e, CompactionPreparing) for e in found):
+                if settle and any(isinstance(e, CompressionPreparing) for e in found):
                     preparing_index = len(latencies)
-                    prep_wait = wait_for(daemon, session, CompactionPrepared, 60)
+                    prep_wait = wait_for(daemon, session, CompressionPrepared, 60)
                     settle = False
             else:
                 raise SystemExit(f"no ContextCompressed in {turns + 2} calls")
@@ -153,10 +153,10 @@ def play(fake: FakeProviderServer, db: Path, ahead: bool, delay_ms: int,
     sides = {e.call_id for e in found if isinstance(e, CallAdmitted) and e.purpose}
     summary = [e.latency_ms for e in found if isinstance(e, CallCompleted)
                and e.call_id in sides]
-    if ahead and not any(isinstance(e, CompactionPrepared) for e in found):
-        log("  WARNING: mode A crossed the trigger with no CompactionPrepared")
-    if not ahead and any(isinstance(e, CompactionPreparing) for e in found):
-        log("  WARNING: mode B prepared a compaction ahead")
+    if ahead and not any(isinstance(e, CompressionPrepared) for e in found):
+        log("  WARNING: mode A crossed the trigger with no CompressionPrepared")
+    if not ahead and any(isinstance(e, CompressionPreparing) for e in found):
+        log("  WARNING: mode B prepared a compression ahead")
     return Run(ordinary=latencies[1:-1], crossing=latencies[-1], call_index=len(latencies),
                summary_ms=med(summary), waited_ms=compressed.waited_ms,
                prepared=compressed.prepared, prep_wait=prep_wait,
@@ -191,7 +191,7 @@ def main() -> None:
                     f"summary call {run.summary_ms:.0f} ms; prepared={run.prepared} "
                     f"waited_ms={run.waited_ms}"
                     + (f"; preparing at call #{run.preparing_index}, then waited "
-                       f"{run.prep_wait * 1e3:.0f} ms for CompactionPrepared"
+                       f"{run.prep_wait * 1e3:.0f} ms for CompressionPrepared"
                        if mode == "A" else "")
                     + f"; {loadavg()}")
     log(f"\nmedians over {args.rounds} rounds, wall ms:")

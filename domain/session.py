@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from sessionwarden.domain.context.history import ContextUpdate, GovernedHistory
-from sessionwarden.domain.context.prepared import PreparedCompaction
+from sessionwarden.domain.context.prepared import PreparedCompression
 from sessionwarden.domain.context.rebuild import HistoryFold
 from sessionwarden.domain.context.summariser import (
     SummariserHealth,
@@ -31,11 +31,11 @@ from sessionwarden.events import (
     CallCompleted,
     CallRefused,
     CallResent,
-    CompactionDropped,
-    CompactionPrepared,
-    CompactionPreparing,
     CompactionRequested,
     CompactionSkipped,
+    CompressionDropped,
+    CompressionPrepared,
+    CompressionPreparing,
     ContextCompressed,
     ContextLimits,
     Event,
@@ -84,7 +84,7 @@ class SessionState:
         limits: the context limits last recorded (CallAdmitted's ``limits``).
         lost: why the governed history could not be rebuilt from the log ("": it was,
             or there was none); the next call's HistoryReset says it.
-        preparing: the call whose compaction is being prepared ahead ("": none).
+        preparing: the call whose compression is being prepared ahead ("": none).
         prepared: a compaction prepared ahead, ready to apply
             (``domain.context.prepared``; None: none).
     """
@@ -106,7 +106,7 @@ class SessionState:
         self.limits: ContextLimits | None = None
         self.lost = ""
         self.preparing = ""
-        self.prepared: PreparedCompaction | None = None
+        self.prepared: PreparedCompression | None = None
 
     def fold(self, event: Event) -> None:
         """Apply one of the session's events."""
@@ -136,12 +136,12 @@ class SessionState:
         elif isinstance(event, ContextCompressed):
             # Whatever compressed the history, what was prepared from it is stale now.
             self.compaction, self.prepared, self.preparing = None, None, ""
-        elif isinstance(event, CompactionPreparing):
+        elif isinstance(event, CompressionPreparing):
             self.preparing = event.call_id
-        elif isinstance(event, CompactionPrepared | CompactionDropped):
+        elif isinstance(event, CompressionPrepared | CompressionDropped):
             if self.preparing == event.call_id:
                 self.preparing = ""
-            if isinstance(event, CompactionDropped) and self.prepared is not None and (
+            if isinstance(event, CompressionDropped) and self.prepared is not None and (
                     self.prepared.call_id == event.call_id):
                 self.prepared = None
 

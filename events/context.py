@@ -14,8 +14,8 @@ so a call that was sent has its decisions recorded.
 - :class:`SummariserFailed` the model summariser failing, and the cooldown it caused;
 - :class:`CompactionRequested` a compaction asked for through the control API, and
   :class:`CompactionSkipped` one that found nothing worth doing at the next call;
-- :class:`CompactionPreparing`, :class:`CompactionPrepared`, :class:`CompactionDropped`
-  a compaction prepared ahead, off the call's path (applied: a ContextCompressed with
+- :class:`CompressionPreparing`, :class:`CompressionPrepared`, :class:`CompressionDropped`
+  a compression prepared ahead, off the call's path (applied: a ContextCompressed with
   ``prepared``).
 
 Stream :data:`SPILL_STREAM` (``spill``), the spill directory's, not a session's:
@@ -35,11 +35,11 @@ from sessionwarden.events.codec import Upcaster
 __all__ = [
     "CONTEXT_UPCASTERS",
     "SPILL_STREAM",
-    "CompactionDropped",
-    "CompactionPrepared",
-    "CompactionPreparing",
     "CompactionRequested",
     "CompactionSkipped",
+    "CompressionDropped",
+    "CompressionPrepared",
+    "CompressionPreparing",
     "ContentRef",
     "ContextCompressed",
     "ContextLimits",
@@ -161,7 +161,7 @@ class ContextCompressed(Event, frozen=True):
     ``pruned`` tool outputs were shortened in phase 1. Version 2 added ``state``: the
     summary a later compression updates (the builtin's structure as JSON, or a model's
     text as a JSON string), stored so a restart rebuilds it; and ``prepared``, whether
-    the compaction was prepared ahead (off the call's path), with ``waited_ms``, how long
+    the compression was prepared ahead (off the call's path), with ``waited_ms``, how long
     the call waited for it; ``cache_write_usd``, the estimated cost of writing the
     compacted prompt to the provider's cache (``tokens_after`` at its cache-write rate),
     and ``saved_usd_per_call``, what each later call saves (the tokens saved at the
@@ -248,22 +248,22 @@ class SpillEvicted(Event, frozen=True):
     used_bytes: int = 0
 
 
-class CompactionPreparing(Event, frozen=True):
-    """Call ``call_id`` crossed the prepare mark: its history's compaction is prepared.
+class CompressionPreparing(Event, frozen=True):
+    """Call ``call_id`` crossed the prepare mark: its history's compression is prepared.
 
     The history it sent (``messages`` items, ~``tokens``) is compacted ahead, off the
     call's path.
     """
 
-    TAG: ClassVar[str] = "context.compaction_preparing.v1"
+    TAG: ClassVar[str] = "context.compression_preparing.v1"
 
     call_id: str
     messages: int = 0
     tokens: int = 0
 
 
-class CompactionPrepared(Event, frozen=True):
-    """The compaction prepared from call ``call_id``'s history is ready to apply.
+class CompressionPrepared(Event, frozen=True):
+    """The compression prepared from call ``call_id``'s history is ready to apply.
 
     It replaces the first ``messages_before`` items of that history (``prefix``: a digest
     of their digests, so a later call knows they are still its own); ``compacted``
@@ -271,7 +271,7 @@ class CompactionPrepared(Event, frozen=True):
     event); the rest as ContextCompressed's fields.
     """
 
-    TAG: ClassVar[str] = "context.compaction_prepared.v1"
+    TAG: ClassVar[str] = "context.compression_prepared.v1"
 
     call_id: str
     prefix: str
@@ -287,10 +287,10 @@ class CompactionPrepared(Event, frozen=True):
     state: ContentRef = ("", 0)
 
 
-class CompactionDropped(Event, frozen=True):
-    """The compaction prepared from call ``call_id``'s history is dropped (``reason``)."""
+class CompressionDropped(Event, frozen=True):
+    """The compression prepared from call ``call_id``'s history is dropped (``reason``)."""
 
-    TAG: ClassVar[str] = "context.compaction_dropped.v1"
+    TAG: ClassVar[str] = "context.compression_dropped.v1"
 
     call_id: str
     reason: str = ""

@@ -40,9 +40,9 @@ from sessionwarden.events import (
     CallCompleted,
     CallRefused,
     CallResent,
-    CompactionDropped,
-    CompactionPrepared,
-    CompactionPreparing,
+    CompressionDropped,
+    CompressionPrepared,
+    CompressionPreparing,
     ContentRef,
     ContextCompressed,
     Event,
@@ -61,7 +61,7 @@ _json = msgspec.json.Encoder()
 
 #: The events that explain a call's request, besides its admission and completion.
 _DECISIONS = (ToolResultSpilled, ContextCompressed, SummariserFailed, HistoryReset,
-              CallResent, CompactionPreparing, CompactionPrepared, CompactionDropped)
+              CallResent, CompressionPreparing, CompressionPrepared, CompressionDropped)
 
 
 def content_references(event: Event) -> Iterator[str]:
@@ -74,7 +74,7 @@ def content_references(event: Event) -> Iterator[str]:
         for key, _ in refs:
             if key not in withheld:
                 yield key
-    elif isinstance(event, CompactionPrepared) and event.compacted.stored:
+    elif isinstance(event, CompressionPrepared) and event.compacted.stored:
         compacted = event.compacted
         withheld = set(compacted.withheld)
         keys = [key for (key, _), source in zip(compacted.appended, compacted.sources,
@@ -215,15 +215,15 @@ def decision_line(event: Event) -> str:
                 + (f"; prepared ahead (waited {event.waited_ms} ms)" if event.prepared else "")
                 + (f"; cache write ~${event.cache_write_usd}, saves "
                    f"${event.saved_usd_per_call} a later call" if event.cache_write_usd else ""))
-    if isinstance(event, CompactionPreparing):
-        return (f"past the prepare mark: the compaction of its {event.messages} messages "
+    if isinstance(event, CompressionPreparing):
+        return (f"past the prepare mark: the compression of its {event.messages} messages "
                 f"(~{event.tokens:,} tokens) is prepared ahead")
-    if isinstance(event, CompactionPrepared):
-        return (f"compaction prepared ahead: {event.messages_before} messages, "
+    if isinstance(event, CompressionPrepared):
+        return (f"compression prepared ahead: {event.messages_before} messages, "
                 f"{event.tokens_before:,} -> {event.tokens_after:,} tokens, "
                 f"{event.summarised} summarised by {event.model or event.summariser}")
-    if isinstance(event, CompactionDropped):
-        return f"compaction prepared ahead dropped: {event.reason}"
+    if isinstance(event, CompressionDropped):
+        return f"compression prepared ahead dropped: {event.reason}"
     if isinstance(event, SummariserFailed):
         return (f"summariser {event.model} failed ({event.reason}): {event.action}, "
                 f"cooldown {event.cooldown_s:g} s")

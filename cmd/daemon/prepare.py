@@ -1,4 +1,4 @@
-"""Compactions prepared ahead: the background work a call past the prepare mark starts.
+"""Compressions prepared ahead: the background work a call past the prepare mark starts.
 
 The compression stage decides (``domain.admission.ahead``); this module runs the work on
 the event loop, never in a client call's path, and a call that crosses the trigger while
@@ -31,7 +31,7 @@ from sessionwarden.cmd.daemon.summarise import summarise
 from sessionwarden.domain.context.prepared import (
     AwaitPreparation,
     Preparation,
-    PreparedCompaction,
+    PreparedCompression,
     PrepareWork,
 )
 from sessionwarden.domain.context.summariser import SummaryResult
@@ -53,11 +53,11 @@ def start_preparation(rt: Runtime, work: Any) -> None:
                                                   name=f"prepare-{work.call_id}")
     rt.preparations[key] = task
     # Dropped from the map once done: a waiting call that comes later finds the session's
-    # state (CompactionPrepared) instead, and memory does not grow with sessions.
+    # state (CompressionPrepared) instead, and memory does not grow with sessions.
     task.add_done_callback(lambda _: rt.preparations.pop(key, None))
 
 
-async def _prepare(rt: Runtime, work: PrepareWork) -> PreparedCompaction | None:
+async def _prepare(rt: Runtime, work: PrepareWork) -> PreparedCompression | None:
     started = time.monotonic()
     outcome: object
     try:
@@ -79,13 +79,13 @@ async def _prepare(rt: Runtime, work: PrepareWork) -> PreparedCompaction | None:
         adopted = await ask(rt.session_ref(work.session_id),
                             AdoptPrepared(work.session_id, work.call_id, outcome))
     except Unavailable as exc:
-        logger.warning("session {}: the compaction prepared from call {} is lost: {}",
+        logger.warning("session {}: the compression prepared from call {} is lost: {}",
                        work.session_id, work.call_id, exc)
         return None
-    logger.info("session {}: compaction from call {} {} in {:.0f} ms", work.session_id,
+    logger.info("session {}: compression from call {} {} in {:.0f} ms", work.session_id,
                 work.call_id, "prepared" if adopted is not None else f"dropped ({outcome})",
                 (time.monotonic() - started) * 1000)
-    return adopted if isinstance(adopted, PreparedCompaction) else None
+    return adopted if isinstance(adopted, PreparedCompression) else None
 
 
 async def await_preparation(rt: Runtime, work: AwaitPreparation) -> Preparation:

@@ -1,14 +1,14 @@
-"""The compression step's compaction prepared ahead (issue 23): when to prepare, what applies.
+"""The compression step's compression prepared ahead (issue 23): when to prepare, what applies.
 
 ``domain.admission.compression_stage`` asks, at each governed call with the model
-summariser: is a compaction prepared for this history (:func:`ready`; a stale one is
+summariser: is a compression prepared for this history (:func:`ready`; a stale one is
 dropped, recorded), should one be prepared from it (:func:`preparation`: past the prepare
 mark, none in flight or ready; the work goes with the admitted request, and the proxy
 starts it once the admission is durable), and what records its use (:func:`applied`).
 
 Rules:
 - Only the model summariser prepares ahead: the builtin summary takes milliseconds, a
-  model's seconds. A compaction asked for through the control API is made at its call
+  model's seconds. A compression asked for through the control API is made at its call
   (its focus is the caller's), never taken from a preparation.
 - Nothing is prepared while the guard holds compressions back (after ineffective
   ones, or before the last one was judged by a reading).
@@ -23,14 +23,14 @@ from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.context.compression import encode_summary
 from sessionwarden.domain.context.conversation import ItemCodec
 from sessionwarden.domain.context.history import GovernedHistory
-from sessionwarden.domain.context.prepared import PreparedCompaction, PrepareWork, applies
+from sessionwarden.domain.context.prepared import PreparedCompression, PrepareWork, applies
 from sessionwarden.domain.context.transcript import content_ref
 from sessionwarden.domain.context.trigger import MAX_UNFIT_COMPRESSIONS, CompressionGuard
 from sessionwarden.domain.cost.pricing import Price
 from sessionwarden.domain.session import SessionState
 from sessionwarden.events import (
-    CompactionDropped,
-    CompactionPreparing,
+    CompressionDropped,
+    CompressionPreparing,
     ContextCompressed,
     Event,
 )
@@ -44,7 +44,7 @@ _USD = Decimal("0.000001")
 
 
 def cache_costs(price: Price | None, written: int, saved: int) -> tuple[str, str]:
-    """What a compaction costs in cache and saves per later call, in USD (``""``: no price).
+    """What a compression costs in cache and saves per later call, in USD (``""``: no price).
 
     The compacted prompt is written to the provider's cache afresh (``written`` tokens at
     its cache-write rate, else its input rate); each later call reads ``saved`` tokens
@@ -61,21 +61,21 @@ def cache_costs(price: Price | None, written: int, saved: int) -> tuple[str, str
 
 
 def ready(state: SessionState, history: GovernedHistory, call_id: str
-          ) -> tuple[PreparedCompaction | None, list[Event]]:
-    """The session's prepared compaction if it applies to ``history``; else the drop."""
+          ) -> tuple[PreparedCompression | None, list[Event]]:
+    """The session's prepared compression if it applies to ``history``; else the drop."""
     prepared = state.prepared
     if prepared is None:
         return None, []
     if applies(prepared, history):
         return prepared, []
-    return None, [CompactionDropped(call_id=prepared.call_id,
+    return None, [CompressionDropped(call_id=prepared.call_id,
                                     reason=f"stale at call {call_id}: the history changed")]
 
 
 def preparation(config: Config, state: SessionState, request: CallRequest,
                 history: GovernedHistory, client_items: Sequence[bytes], codec: ItemCodec,
                 threshold: int, tokens: int, guard: CompressionGuard, max_chars: int
-                ) -> tuple[CompactionPreparing, PrepareWork] | None:
+                ) -> tuple[CompressionPreparing, PrepareWork] | None:
     """What starts a preparation from ``history`` now, if one is due (module doc)."""
     compression = config.compression
     if (not compression.enabled or compression.summariser != "model" or not state.started
@@ -85,7 +85,7 @@ def preparation(config: Config, state: SessionState, request: CallRequest,
             or guard.unfit >= MAX_UNFIT_COMPRESSIONS or guard.awaiting_reading
             or not history.items):
         return None
-    event = CompactionPreparing(call_id=request.call_id, messages=len(history.items),
+    event = CompressionPreparing(call_id=request.call_id, messages=len(history.items),
                                 tokens=tokens)
     work = PrepareWork(
         session_id=request.session_id, call_id=request.call_id, history=history,
@@ -107,7 +107,7 @@ def summary_target(config: Config, provider: str, model: str) -> tuple[str, str]
     return provider, model
 
 
-def applied(prepared: PreparedCompaction, request: CallRequest, compacted: GovernedHistory,
+def applied(prepared: PreparedCompression, request: CallRequest, compacted: GovernedHistory,
             *, trigger: str, source: str, tokens_before: int, tokens_after: int,
             threshold: int, messages_before: int, waited_ms: int,
             costs: tuple[str, str] = ("", "")) -> ContextCompressed:

@@ -57,7 +57,7 @@ from sessionwarden.domain.context.messages import Message
 from sessionwarden.domain.context.prepared import (
     AwaitPreparation,
     Preparation,
-    PreparedCompaction,
+    PreparedCompression,
     applies,
     apply_prepared,
 )
@@ -158,7 +158,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
     rates = price(request.provider, request.model, now) if price is not None else None
     events = [*events, *dropped]
 
-    def apply(prepared: PreparedCompaction, waited_ms: int) -> StageResult | None:
+    def apply(prepared: PreparedCompression, waited_ms: int) -> StageResult | None:
         """The prepared compaction applied; None when it would not do (too little saved)."""
         compacted = apply_prepared(prepared, history)
         if compacted.tokens > history.tokens * MIN_SAVING:

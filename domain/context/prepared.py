@@ -1,16 +1,16 @@
-"""A compaction prepared ahead, off the call's path, and applied when a call needs it.
+"""A compression prepared ahead, off the call's path, and applied when a call needs it.
 
 With the model summariser, the call that crosses the trigger used to wait for a whole
-summary call (seconds). Now a call past the prepare mark has its history's compaction
+summary call (seconds). Now a call past the prepare mark has its history's compression
 prepared in the background (:class:`PrepareWork`), adopted by the session as a
-:class:`PreparedCompaction`; the call that crosses the trigger applies it
+:class:`PreparedCompression`; the call that crosses the trigger applies it
 (:func:`apply_prepared`): the compacted items replace those it covers, and the items
 appended since follow verbatim.
 
 Rules:
-- A prepared compaction applies only while the history still starts with the items it
+- A prepared compression applies only while the history still starts with the items it
   was made from (:func:`applies`: a digest of their digests); a reset or another
-  compression makes it stale, and it is dropped (CompactionDropped, with the reason).
+  compression makes it stale, and it is dropped (CompressionDropped, with the reason).
 - Pure: what the phases need travels in :class:`PrepareWork`; :func:`start_preparation`
   and :func:`finish_preparation` are what the CompressorActor runs.
 """
@@ -31,13 +31,13 @@ from sessionwarden.domain.context.history import GovernedHistory, Item
 from sessionwarden.domain.context.summariser import SummaryResult, SummaryWork, summary_request
 from sessionwarden.domain.context.summary import Summary, render
 from sessionwarden.domain.context.transcript import content_ref
-from sessionwarden.events import CompactionPrepared, RequestRecord
+from sessionwarden.events import CompressionPrepared, RequestRecord
 
 __all__ = [
     "AwaitPreparation",
     "Preparation",
     "PrepareWork",
-    "PreparedCompaction",
+    "PreparedCompression",
     "applies",
     "apply_prepared",
     "finish_preparation",
@@ -48,7 +48,7 @@ __all__ = [
 
 
 def prefix_digest(items: Sequence[Item]) -> bytes:
-    """A digest of ``items``' digests: what a prepared compaction was made from."""
+    """A digest of ``items``' digests: what a prepared compression was made from."""
     digest = hashlib.sha256()
     for item in items:
         digest.update(item.digest)
@@ -56,7 +56,7 @@ def prefix_digest(items: Sequence[Item]) -> bytes:
 
 
 class PrepareWork(NamedTuple):
-    """What preparing a session's compaction needs (started after ``call_id``'s admission).
+    """What preparing a session's compression needs (started after ``call_id``'s admission).
 
     ``history`` is the history the call sent and ``client_items`` its request's items
     after the leading system ones (the bytes of the items it forwards unchanged).
@@ -83,8 +83,8 @@ class AwaitPreparation(NamedTuple):
     wait_s: float
 
 
-class PreparedCompaction(NamedTuple):
-    """A compaction ready to apply: the first ``messages`` items of a call's history, compacted.
+class PreparedCompression(NamedTuple):
+    """A compression ready to apply: the first ``messages`` items of a call's history, compacted.
 
     ``call_id``: the call it was prepared from; ``history``: the compacted items, the
     client items covered then, the summary.
@@ -102,9 +102,9 @@ class PreparedCompaction(NamedTuple):
 
 
 class Preparation(NamedTuple):
-    """What a call that waited for a preparation got: the compaction (None: none in time)."""
+    """What a call that waited for a preparation got: the compression (None: none in time)."""
 
-    prepared: PreparedCompaction | None
+    prepared: PreparedCompression | None
     waited_ms: int
 
 
@@ -126,24 +126,24 @@ def start_preparation(work: PrepareWork) -> tuple[Prepared, SummaryWork] | str:
 
 
 def finish_preparation(work: PrepareWork, prepared: Prepared, result: object
-                       ) -> PreparedCompaction | str:
-    """Phase 4 around the model's summary; or why there is no prepared compaction."""
+                       ) -> PreparedCompression | str:
+    """Phase 4 around the model's summary; or why there is no prepared compression."""
     if not isinstance(result, SummaryResult) or not result.text or result.failure:
         reason = result.failure if isinstance(result, SummaryResult) else ""
         return f"the summary failed: {reason or 'no summary'}"
-    compaction = finish(prepared, result.text, work.codec, summariser="model",
+    compression = finish(prepared, result.text, work.codec, summariser="model",
                         model=result.model)
-    if compaction is None:
+    if compression is None:
         return "the result would not have been 10 % smaller"
     history = work.history
-    return PreparedCompaction(
+    return PreparedCompression(
         call_id=work.call_id, messages=len(history.items), prefix=prefix_digest(history.items),
-        history=compaction.history, model=compaction.model, summarised=compaction.summarised,
-        pruned=compaction.pruned, tokens_before=history.tokens,
-        summary_raw=compaction.summary_raw)
+        history=compression.history, model=compression.model, summarised=compression.summarised,
+        pruned=compression.pruned, tokens_before=history.tokens,
+        summary_raw=compression.summary_raw)
 
 
-def applies(prepared: PreparedCompaction, history: GovernedHistory) -> bool:
+def applies(prepared: PreparedCompression, history: GovernedHistory) -> bool:
     """Whether ``history`` still starts with the items ``prepared`` was made from."""
     covered = prepared.history.client
     return (len(history.items) >= prepared.messages
@@ -151,7 +151,7 @@ def applies(prepared: PreparedCompaction, history: GovernedHistory) -> bool:
             and prefix_digest(history.items[:prepared.messages]) == prepared.prefix)
 
 
-def apply_prepared(prepared: PreparedCompaction, history: GovernedHistory) -> GovernedHistory:
+def apply_prepared(prepared: PreparedCompression, history: GovernedHistory) -> GovernedHistory:
     """``history`` with ``prepared`` in place of the items it covers (see :func:`applies`)."""
     items = (*prepared.history.items, *history.items[prepared.messages:])
     return history._replace(items=items, tokens=sum(item.tokens for item in items),
@@ -159,8 +159,8 @@ def apply_prepared(prepared: PreparedCompaction, history: GovernedHistory) -> Go
                             summary=prepared.history.summary)
 
 
-def prepared_event(prepared: PreparedCompaction, keep: Callable[[bytes], bool] | None = None
-                   ) -> tuple[CompactionPrepared, tuple[tuple[str, bytes], ...]]:
+def prepared_event(prepared: PreparedCompression, keep: Callable[[bytes], bool] | None = None
+                   ) -> tuple[CompressionPrepared, tuple[tuple[str, bytes], ...]]:
     """The event recording ``prepared``, and the contents to store with it.
 
     ``keep`` says whether a content may be stored (None: recording is off, none is;
@@ -182,7 +182,7 @@ def prepared_event(prepared: PreparedCompaction, keep: Callable[[bytes], bool] |
         sources=tuple(item.source for item in items), covers=len(history.client),
         stored=keep is not None,
         withheld=tuple(key for key, _ in candidates if keep is not None and key not in kept))
-    event = CompactionPrepared(
+    event = CompressionPrepared(
         call_id=prepared.call_id, prefix=prepared.prefix.hex(),
         messages_before=prepared.messages, compacted=record, model=prepared.model,
         summarised=prepared.summarised, pruned=prepared.pruned,

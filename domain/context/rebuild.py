@@ -23,13 +23,13 @@ from typing import NamedTuple
 
 from sessionwarden.domain.context.compression import decode_summary
 from sessionwarden.domain.context.history import GovernedHistory, Item
-from sessionwarden.domain.context.prepared import PreparedCompaction
+from sessionwarden.domain.context.prepared import PreparedCompression
 from sessionwarden.events import (
     CallAdmitted,
     CallRefused,
     CallResent,
-    CompactionDropped,
-    CompactionPrepared,
+    CompressionDropped,
+    CompressionPrepared,
     ContentRef,
     ContextCompressed,
     Event,
@@ -77,8 +77,8 @@ class HistoryFold:
         self.broken = ""
         #: Whether a record since the last reset was made with recording off.
         self.unstored = False
-        #: The compaction prepared ahead and not yet applied or dropped.
-        self.prepared: CompactionPrepared | None = None
+        #: The compression prepared ahead and not yet applied or dropped.
+        self.prepared: CompressionPrepared | None = None
 
     def fold(self, event: Event) -> tuple[Event, ...]:
         """Apply one event; returns the stage's events a call's admission made count."""
@@ -88,10 +88,10 @@ class HistoryFold:
         if isinstance(event, CallRefused):
             self._decided.pop(event.call_id, None)
             return ()
-        if isinstance(event, CompactionPrepared):
+        if isinstance(event, CompressionPrepared):
             self.prepared = event
             return ()
-        if isinstance(event, CompactionDropped):
+        if isinstance(event, CompressionDropped):
             if self.prepared is not None and self.prepared.call_id == event.call_id:
                 self.prepared = None
             return ()
@@ -224,8 +224,8 @@ class HistoryFold:
             summary=summary, fields=self.fields, system=self.system)
 
     def prepared_result(self, history: GovernedHistory, contents: Mapping[str, bytes]
-                        ) -> PreparedCompaction | None:
-        """The compaction prepared ahead for ``history`` (:meth:`result`'s), if any."""
+                        ) -> PreparedCompression | None:
+        """The compression prepared ahead for ``history`` (:meth:`result`'s), if any."""
         event = self.prepared
         if event is None:
             return None
@@ -246,7 +246,7 @@ class HistoryFold:
             client=history.client[:record.covers], items=tuple(items),
             tokens=sum(item.tokens for item in items),
             summary=decode_summary(contents[event.state[0]]))
-        return PreparedCompaction(
+        return PreparedCompression(
             call_id=event.call_id, messages=event.messages_before,
             prefix=bytes.fromhex(event.prefix), history=compacted, model=event.model,
             summarised=event.summarised, pruned=event.pruned,

@@ -11,7 +11,7 @@ recorded, and answers what ``sessionwarden status --session`` and the control AP
   canonical buckets being disjoint), else ``estimated`` (our estimate at admission: the
   call is in flight, or the provider reported no usage);
 - compressions (the last one's savings; the latest ten with their trigger, whether
-  prepared ahead, the wait, and their cache cost vs savings), a compaction being prepared
+  prepared ahead, the wait, and their cache cost vs savings), a compression being prepared
   or ready, spills (bytes, and how many fell back to inline
   truncation), history resets, summariser failures (the last one's cooldown end), and a
   compaction requested through the control API that no compression has served yet.
@@ -32,11 +32,11 @@ from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
     CallRefused,
-    CompactionDropped,
-    CompactionPrepared,
-    CompactionPreparing,
     CompactionRequested,
     CompactionSkipped,
+    CompressionDropped,
+    CompressionPrepared,
+    CompressionPreparing,
     ContextCompressed,
     ContextLimits,
     Event,
@@ -152,7 +152,7 @@ class ContextStatus(msgspec.Struct, frozen=True, kw_only=True):
     cache_read_percent: float | None = None
     #: The latest compressions, oldest first (at most :data:`RECENT`).
     recent_compressions: tuple[LastCompression, ...] = ()
-    #: A compaction prepared ahead: ``"running"`` (its preparation), ``"ready"``, or "".
+    #: A compression prepared ahead: ``"running"`` (its preparation), ``"ready"``, or "".
     preparation: str = ""
     #: The call it is (being) prepared from.
     preparation_call: str = ""
@@ -243,11 +243,11 @@ class _Fold:
             self.recent = (*self.recent, self.compression)[-RECENT:]
             self.pending = None  # a compression serves any request made before it
             self.preparation = self.preparation_call = ""  # used, or stale now
-        elif isinstance(event, CompactionPreparing):
+        elif isinstance(event, CompressionPreparing):
             self.preparation, self.preparation_call = "running", event.call_id
-        elif isinstance(event, CompactionPrepared):
+        elif isinstance(event, CompressionPrepared):
             self.preparation, self.preparation_call = "ready", event.call_id
-        elif isinstance(event, CompactionDropped):
+        elif isinstance(event, CompressionDropped):
             if event.call_id == self.preparation_call:
                 self.preparation = self.preparation_call = ""
         elif isinstance(event, CompactionRequested):

@@ -9,7 +9,7 @@ trigger. The daemon runs on the tests' fake clock, so "idle for five minutes" ta
 import time
 from typing import Any
 
-from sessionwarden.events import CODEC, CallAdmitted, CompactionPrepared, ContextCompressed
+from sessionwarden.events import CODEC, CallAdmitted, CompressionPrepared, ContextCompressed
 
 from tests.cmd.daemon_fixtures import MODEL
 from tests.cmd.inprocess import InProcessDaemon
@@ -60,8 +60,8 @@ def test_a_warm_session_waits_for_its_trigger(daemons: Daemons) -> None:
     assert two_calls(daemons, "busy", idle_s=60) == []
 
 
-def test_a_cold_session_gets_its_prepared_compaction_applied(daemons: Daemons) -> None:
-    """The model summariser: the compaction prepared past the mark is what the cold
+def test_a_cold_session_gets_its_prepared_compression_applied(daemons: Daemons) -> None:
+    """The model summariser: the compression prepared past the mark is what the cold
     cache's moment applies (no summary call at that call)."""
     daemons.fake.state.by_model["sum-model"] = {"reply": "## Goal\n- answer the questions"}
     # No usage: the first call's reading does not recalibrate the figure under the mark.
@@ -88,11 +88,11 @@ def read(daemon: InProcessDaemon, session: str) -> list[Any]:
             for e in daemon.runtime.log.read_stream(f"session-{session}")]
 
 
-def wait_for_prepared(daemon: InProcessDaemon, session: str) -> list[CompactionPrepared]:
+def wait_for_prepared(daemon: InProcessDaemon, session: str) -> list[CompressionPrepared]:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        found = [e for e in read(daemon, session) if isinstance(e, CompactionPrepared)]
+        found = [e for e in read(daemon, session) if isinstance(e, CompressionPrepared)]
         if found:
             return found
         time.sleep(0.02)
-    raise AssertionError(f"no compaction was prepared: {read(daemon, session)}")
+    raise AssertionError(f"no compression was prepared: {read(daemon, session)}")

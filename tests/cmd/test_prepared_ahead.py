@@ -1,8 +1,8 @@
-"""Compaction prepared ahead (issue 23): the call that crosses the trigger does not wait.
+"""Compression prepared ahead (issue 23): the call that crosses the trigger does not wait.
 
 The real daemon with the model summariser, whose fake answer takes 2 s. A session past
-the prepare mark has its compaction prepared in the background (CompactionPreparing, a
-summary side call whose parent is that call, CompactionPrepared); the later call that
+the prepare mark has its compression prepared in the background (CompressionPreparing, a
+summary side call whose parent is that call, CompressionPrepared); the later call that
 crosses the trigger applies it (ContextCompressed ``prepared``) and is forwarded without
 a summary call of its own. What it waited is logged, not asserted (timings are for bench/).
 """
@@ -18,9 +18,9 @@ from sessionwarden.cmd.cli.main import main
 from sessionwarden.events import (
     CODEC,
     CallAdmitted,
-    CompactionDropped,
-    CompactionPrepared,
-    CompactionPreparing,
+    CompressionDropped,
+    CompressionPrepared,
+    CompressionPreparing,
     ContextCompressed,
     HistoryReset,
 )
@@ -79,23 +79,23 @@ def play_until(daemon: InProcessDaemon, session: str, stop: type,
             if any(isinstance(e, stop) for e in found):
                 return made
             if settle is not None and any(isinstance(e, settle) for e in found):
-                wait_for(daemon, session, CompactionPrepared)
+                wait_for(daemon, session, CompressionPrepared)
                 settle = None
     raise AssertionError(f"the session never recorded a {stop.__name__}")
 
 
-def test_the_call_that_crosses_the_trigger_applies_the_prepared_compaction(
+def test_the_call_that_crosses_the_trigger_applies_the_prepared_compression(
     daemon: InProcessDaemon, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    play_until(daemon, "ahead", ContextCompressed, settle=CompactionPreparing)
+    play_until(daemon, "ahead", ContextCompressed, settle=CompressionPreparing)
     found = events(daemon, "ahead")
-    [preparing] = [e for e in found if isinstance(e, CompactionPreparing)]
-    [prepared] = [e for e in found if isinstance(e, CompactionPrepared)]
+    [preparing] = [e for e in found if isinstance(e, CompressionPreparing)]
+    [prepared] = [e for e in found if isinstance(e, CompressionPrepared)]
     [compressed] = [e for e in found if isinstance(e, ContextCompressed)]
     assert prepared.call_id == preparing.call_id != compressed.call_id
     assert compressed.prepared and compressed.summariser == "model"
     assert compressed.waited_ms == 0 and compressed.tokens_after < compressed.tokens_before
-    # What the compaction costs in cache, priced at the model's rates ($3.75 / $0.30 per M).
+    # What the compression costs in cache, priced at the model's rates ($3.75 / $0.30 per M).
     assert compressed.cache_write_usd == str(
         (Decimal("3.75") * compressed.tokens_after / 1_000_000).quantize(Decimal("0.000001")))
     saved = compressed.tokens_before - compressed.tokens_after
@@ -109,7 +109,7 @@ def test_the_call_that_crosses_the_trigger_applies_the_prepared_compaction(
     # replay names every step at its call, and the log holds every content they name.
     assert main(["replay", "--verify", "--db", str(daemon.db)]) == 0
     for call, step in ((preparing.call_id, "is prepared ahead"),
-                       (prepared.call_id, "compaction prepared ahead:"),
+                       (prepared.call_id, "compression prepared ahead:"),
                        (compressed.call_id, "prepared ahead (waited 0 ms)")):
         capsys.readouterr()
         assert main(["replay", "--db", str(daemon.db), "--session", "ahead",
@@ -118,7 +118,7 @@ def test_the_call_that_crosses_the_trigger_applies_the_prepared_compaction(
     # The one summary side call was the preparation's, made before the crossing call.
     [side] = [e for e in found if isinstance(e, CallAdmitted) and e.purpose]
     assert side.parent_call == preparing.call_id
-    assert [e for e in found if isinstance(e, CompactionDropped | HistoryReset)] == []
+    assert [e for e in found if isinstance(e, CompressionDropped | HistoryReset)] == []
 
 
 def test_a_call_that_crosses_the_trigger_waits_for_a_running_preparation(
@@ -133,10 +133,10 @@ def test_a_call_that_crosses_the_trigger_waits_for_a_running_preparation(
     assert compressed.prepared and len(sides) == 1
 
 
-def test_one_session_s_2000_message_compaction_never_holds_up_another_s_calls(
+def test_one_session_s_2000_message_compression_never_holds_up_another_s_calls(
     tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    """Both sessions on one shard: the big one's compaction runs in the CompressorActor and
+    """Both sessions on one shard: the big one's compression runs in the CompressorActor and
     its summary on the loop; the small one's calls are answered meanwhile."""
     fake.state.by_model["sum-model"] = {"reply": SUMMARY, "delay_ms": 2000}
     # No usage: our estimate stands uncalibrated, so the history sits past the prepare mark.
@@ -152,28 +152,28 @@ def test_one_session_s_2000_message_compaction_never_holds_up_another_s_calls(
             # A session's first call never makes a side call: it starts the session.
             client.chat.completions.create(model=MODEL_NAME, messages=big[:2])  # type: ignore[arg-type]
             client.chat.completions.create(model=MODEL_NAME, messages=big)  # type: ignore[arg-type]
-        wait_for(daemon, "big", CompactionPreparing)
+        wait_for(daemon, "big", CompressionPreparing)
         started = time.monotonic()
         with daemon.openai(session="small", timeout=30) as client:
             for i in range(5):
                 client.chat.completions.create(  # type: ignore[call-overload]
                     model=MODEL_NAME, messages=[{"role": "user", "content": f"hi {i}"}])
-        logger.info("5 small calls answered in {:.0f} ms while the big session's compaction "
+        logger.info("5 small calls answered in {:.0f} ms while the big session's compression "
                     "was prepared", (time.monotonic() - started) * 1000)
-        assert [e for e in events(daemon, "big") if isinstance(e, CompactionPrepared)] == []
-        prepared = wait_for(daemon, "big", CompactionPrepared)
+        assert [e for e in events(daemon, "big") if isinstance(e, CompressionPrepared)] == []
+        prepared = wait_for(daemon, "big", CompressionPrepared)
         assert prepared.messages_before == 2000
     finally:
         daemon.stop()
 
 
-def test_a_reset_drops_the_prepared_compaction(daemon: InProcessDaemon) -> None:
-    play_until(daemon, "reset", CompactionPrepared, settle=CompactionPreparing)
-    prepared = wait_for(daemon, "reset", CompactionPrepared)
+def test_a_reset_drops_the_prepared_compression(daemon: InProcessDaemon) -> None:
+    play_until(daemon, "reset", CompressionPrepared, settle=CompressionPreparing)
+    prepared = wait_for(daemon, "reset", CompressionPrepared)
     with daemon.openai(session="reset") as client:  # the client starts over
         client.chat.completions.create(  # type: ignore[call-overload]
             model="small", messages=[{"role": "user", "content": "a new task"}])
     found = events(daemon, "reset")
-    [dropped] = [e for e in found if isinstance(e, CompactionDropped)]
+    [dropped] = [e for e in found if isinstance(e, CompressionDropped)]
     assert dropped.call_id == prepared.call_id and "stale" in dropped.reason
     assert [e for e in found if isinstance(e, HistoryReset)]

@@ -24,11 +24,11 @@ from sessionwarden.events import (
     CallCompleted,
     CallRefused,
     CallResent,
-    CompactionDropped,
-    CompactionPrepared,
-    CompactionPreparing,
     CompactionRequested,
     CompactionSkipped,
+    CompressionDropped,
+    CompressionPrepared,
+    CompressionPreparing,
     ContextCompressed,
     ContextLimits,
     CredentialAdded,
@@ -172,16 +172,16 @@ EXPECTED: dict[str, Event] = {
         action="abort", cooldown_s=60.0,
     ),
     "context.compaction_requested.v1": CompactionRequested(focus="the database schema"),
-    "context.compaction_preparing.v1": CompactionPreparing(
+    "context.compression_preparing.v1": CompressionPreparing(
         call_id="c3vd2xk7m4qa5bdk", messages=160, tokens=56_000),
-    "context.compaction_prepared.v1": CompactionPrepared(
+    "context.compression_prepared.v1": CompressionPrepared(
         call_id="c3vd2xk7m4qa5bdk", prefix="7a" * 16, messages_before=160,
         compacted=RequestRecord(fields=("0f" * 16, 61), appended=(("5e" * 16, 2400),),
                                 tokens=(600,), sources=(-1,), covers=170),
         summariser="builtin", model="openai/gpt-4.1-mini", summarised=130, pruned=17,
         tokens_before=56_000, tokens_after=18_000, summary=("5e" * 16, 2400),
         state=("5f" * 16, 2210)),
-    "context.compaction_dropped.v1": CompactionDropped(
+    "context.compression_dropped.v1": CompressionDropped(
         call_id="c3vd2xk7m4qa5bdk", reason="the history was reset"),
     "context.compaction_skipped.v1": CompactionSkipped(
         call_id="c3vd2xk7m4qa5bdg", reason="nothing to summarise"),

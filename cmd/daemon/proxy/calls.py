@@ -234,7 +234,7 @@ async def admit(rt: Runtime, request: CallRequest) -> AdmissionGranted | Admissi
         _release_reservation(rt, call_id)
     else:
         # Work the admission asked for in the background (a compaction prepared ahead):
-        # started now that its CompactionPreparing is durable, never awaited here.
+        # started now that its CompressionPreparing is durable, never awaited here.
         work = getattr(reply.request.context, "prepare", None)
         start = rt.starters.get(type(work)) if work is not None else None
         if start is not None:
