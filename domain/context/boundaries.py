@@ -23,9 +23,10 @@ The overview: docs/architecture/context.md, 'The stage, per call'.
   from its results (to the assistant message that made the calls); the newest
   actionable user request is in it (Hermes #10896: a token-budget cut summarised the
   user's newest request away — its size never matters); the newest assistant text is in
-  it (Hermes #29824); and the first tail message is neither of those two (Hermes's bridge
-  rule), because :func:`assemble` may have to merge the summary into the first tail
-  message, and those two must reach the model byte for byte;
+  it (Hermes #29824); and the first tail message (:func:`bridge`: system messages and
+  what repair drops aside) is neither of those two (Hermes's bridge rule), because
+  :func:`assemble` may have to merge the summary into it, and those two must reach the
+  model byte for byte;
 * either anchor lying in the head is already kept verbatim; when the middle ends up
   empty, :attr:`Cut.empty` says there is nothing to compress. Consequence, by design:
   the whole current turn (from the newest request on) is never summarised, so a single
@@ -38,23 +39,23 @@ image, a file. Tool results carried in a user message (the Anthropic shape) and 
 echoes are not requests. *Assistant text*: an ``assistant`` message (not a summary)
 with a non-blank :class:`Text` part; tool calls alone are not text.
 
-**Assembly** (:func:`assemble`): head, the compression note, the summary, the tail.
+**Assembly** (:func:`assemble`): the head as it is, the note, the summary, the tail.
 
-* the note is one ``system`` message placed right after the head's leading system
-  messages (first when there are none). A separate message rather than text appended to
-  the client's system prompt: the client's messages stay byte-identical (prompt cache,
-  content hashes), and a head that already holds the same note gets no second one;
-* the summary is one message whose role touches no same-role neighbour: ``user`` after
-  the note, a system message or nothing (Anthropic wants the first turn to be the
-  user's, Hermes #52160), after an assistant or tool message, or when no user message
-  survives at all (Hermes #58753); ``assistant`` after a user message. If that role is
-  the first tail message's, the other role is used when it touches neither neighbour and
-  the role was not forced; otherwise the summary is merged into the first tail message as
-  a leading :class:`Text` part (``summary + "\\n\\n"``, so a string content renders as one
-  text). :func:`choose_cut` keeps the newest request and the newest assistant text from
-  being that message; the rest of its parts and its framing are unchanged;
-* head and tail are each :func:`repair`-ed (a cut never splits a pair, so this only
-  fixes orphans the client sent) and the whole is repaired again as a guard.
+* the head first, the same messages in the same order: what was forwarded before the
+  cut stays a byte prefix, and the provider's prompt cache keeps hitting on it (issue 23);
+* the note: one ``system`` message after the head (none if the head holds it), rather
+  than text added to the client's system prompt, whose bytes stay the client's;
+* the summary: one message whose role touches no same-role neighbour. System messages,
+  the note among them, do not separate turns (a wire may fold them away). ``user`` when
+  no conversation message comes before it (Anthropic wants the user's turn first, Hermes
+  #52160) or no user message survives (Hermes #58753), and after an assistant or tool
+  message; ``assistant`` after a user message. When that is the next tail message's
+  role, the other role if it touches neither neighbour and the role was not forced,
+  else it is merged into that message (:func:`bridge`) as a leading :class:`Text` part
+  ``summary + "\\n\\n"`` (a string content renders as one text), the rest unchanged —
+  never into the newest request or assistant text (:func:`choose_cut`);
+* head and tail are each :func:`repair`-ed (only the client's own orphans: a cut never
+  splits a pair), and the whole again as a guard.
 
 **Repair** (:func:`repair`): a tool result that answers no call is *dropped*: its call
 is not in the history (the client's own orphan, since a cut never splits a pair), no
@@ -90,6 +91,7 @@ __all__ = [
     "Cut",
     "Estimate",
     "assemble",
+    "bridge",
     "choose_cut",
     "is_actionable_request",
     "is_assistant_text",
@@ -224,20 +226,25 @@ def choose_cut(history: Sequence[Message], settings: BoundarySettings, estimate:
     anchors = {index for index in (request, text) if index is not None and index >= head_end}
     if anchors:
         start = back(min(start, *anchors))
-    # Bridge: the first tail message may receive the summary; never one of the anchors
-    # (nor the anchor behind orphan results, which repair drops).
+    # Bridge: the first tail message may receive the summary; never one of the anchors.
+    while start > head_end and bridge(history, start, pairing) in anchors:
+        start = back(start - 1)
+    return Cut(head_end, start)
+
+
+def bridge(history: Sequence[Message], tail_start: int, pairing: ToolPairing) -> int:
+    """Where :func:`assemble` may merge the summary (``pairing``: of ``history``).
+
+    The first tail message not a system one nor made only of orphan results (dropped).
+    """
     orphans: dict[int, int] = {}
     for index, _ in pairing.orphan_results:
         orphans[index] = orphans.get(index, 0) + 1
-
-    def first_kept(boundary: int) -> int:
-        while boundary < n and orphans.get(boundary, -1) == len(history[boundary].parts):
-            boundary += 1
-        return boundary
-
-    while start > head_end and first_kept(start) in anchors:
-        start = back(start - 1)
-    return Cut(head_end, start)
+    index = tail_start
+    while index < len(history) and (history[index].role == "system"
+                                    or orphans.get(index, -1) == len(history[index].parts)):
+        index += 1
+    return index
 
 
 def _stub(call_id: str, name: str) -> Message:
@@ -296,38 +303,30 @@ def _without_orphans(message: Message, count: int, orphan_ids: set[tuple[int, st
     return msgspec.structs.replace(message, parts=tuple(kept))
 
 
-def _has_note(head: Sequence[Message], note: str) -> bool:
-    return any(message.role == "system" and message.parts == (Text(note),)
-               for message in head)
-
-
 def assemble(head: Sequence[Message], summary_text: str, tail: Sequence[Message],
              note: str) -> list[Message]:
-    """Head, one compression note, the summary, the tail — repaired (module doc).
+    """The head as it is, one compression note, the summary, the tail (module doc).
 
-    ``head`` and ``tail`` are a :class:`Cut`'s head and tail; ``note`` the system note
-    telling the model that earlier turns were summarised.
+    ``head`` and ``tail`` are a :class:`Cut`'s; ``note`` the system note telling the model
+    that earlier turns were summarised. A head without orphans comes out first, the same
+    objects in the same order. System messages do not separate turns.
     """
     body = repair(head)
-    if not _has_note(body, note):
-        position = 0
-        while position < len(body) and body[position].role == "system":
-            position += 1
-        body.insert(position, Message("system", (Text(note),)))
     rest = repair(tail)
-    previous = body[-1].role
-    following = rest[0].role if rest else None
-    forced = previous == "system" or not any(
+    previous = next((message.role for message in reversed(body)
+                     if message.role != "system"), None)
+    target = next((i for i, message in enumerate(rest) if message.role != "system"), None)
+    following = rest[target].role if target is not None else None
+    forced = previous is None or not any(
         message.role == "user" for message in (*body, *rest))
     role: Role | None = "assistant" if previous == "user" and not forced else "user"
     if role == following:
         other: Role = "assistant" if role == "user" else "user"
         role = other if not forced and other != previous else None
-    if role is not None:
-        summary = [Message(role, (Text(summary_text),))]
-    else:  # merge into the first tail message, whose role is user or assistant
-        first = rest[0]
-        rest[0] = msgspec.structs.replace(
-            first, parts=(Text(summary_text + "\n\n"), *first.parts))
-        summary = []
-    return repair([*body, *summary, *rest])
+    summary = [Message(role, (Text(summary_text),))] if role is not None else []
+    if target is not None and role is None:  # merged: role is following, user or assistant
+        rest[target] = msgspec.structs.replace(
+            rest[target], parts=(Text(summary_text + "\n\n"), *rest[target].parts))
+    noted = Message("system", (Text(note),))
+    added = [] if any(m.role == "system" and m.parts == noted.parts for m in body) else [noted]
+    return repair([*body, *added, *summary, *rest])

@@ -3,28 +3,36 @@
 :func:`prepare` decodes the forwarded items and readies the phases; :func:`finish`
 assembles their result into a new governed history.
 
+Rules:
+
 In detail, :func:`prepare` decodes the forwarded items (a compression is rare: it may cost
-O(history)), chooses the cut (phase 2, ``domain.context.boundaries``) and prunes what comes
-before the tail (phase 1, ``domain.context.prune``); the middle is then summarised (phase 3: the
-builtin ``domain.context.summary``, or a model's text) and :func:`finish` assembles the result
-(phase 4: the head, one system note, the summary, the tail, repaired) into a new
-:class:`~sessionwarden.domain.context.history.GovernedHistory`. Items the phases left untouched
-keep their place and their bytes — the head and the tail are forwarded exactly as
-before — and every other one becomes a stand-in.
+O(history)), chooses the cut (phase 2, ``domain.context.boundaries``) and, for a head over
+the tail's budget only, prunes the head (phase 1, ``domain.context.prune``); the middle is
+then summarised (phase 3: the builtin ``domain.context.summary``, or a model's text) and
+:func:`finish` assembles the result (phase 4: the head, one system note, the summary, the
+tail, repaired) into a new :class:`~sessionwarden.domain.context.history.GovernedHistory`.
+Items the phases left untouched keep their bytes, and every other one becomes a stand-in.
+
+The prefix before the cut is byte-stable (issue 23): the compacted history starts with
+the head's items as forwarded, in order, so the prompt cache still hits on them at the
+call that compacts. Phase 1 could only rewrite that prefix (the middle is summarised
+unpruned, the tail is protected), so it runs only on a head estimated over the tail's
+budget (a first turn that read large files), whose window room is worth more than one
+cache hit; the prefix then holds up to the first item it prunes.
 
 The newest user request and the newest assistant text are always kept verbatim (Hermes
 #10896, #29824). When keeping them in the tail would keep every turn after them verbatim
 too (an agent's long run after one ask, the common case), they are kept verbatim right
-after the head instead — before what the summary covers, which came after them — and
-the turns after them are summarised like the rest (not when the assistant text also
-calls tools: it cannot leave its results).
+after the head instead (before the note) — before what the summary covers, which came
+after them — and the turns after them are summarised like the rest (not when the
+assistant text also calls tools: it cannot leave its results).
 
 Decisions: the summary is built from the middle as it was (not pruned: phase 1's
-one-line stand-ins would only lose what the summary wants); the head is protected on the
-first compression only (``protect_first_n``; after it the old head is part of what the
-summary covers: Hermes #11996); the tail's budget is ``trigger × target_ratio``; the
-summary is bounded to 5 % of the trigger in characters (at least what the template needs,
-at most 48,000).
+one-line stand-ins would only lose what the summary wants), less an earlier note (the new
+one replaces it); the head is protected on the first compression only (``protect_first_n``;
+after it the old head is part of what the summary covers: Hermes #11996); the tail's
+budget is ``trigger × target_ratio``; the summary is bounded to 5 % of the trigger in
+characters (at least what the template needs, at most 48,000).
 """
 
 from collections.abc import Sequence
@@ -36,6 +44,7 @@ from sessionwarden.domain.context.boundaries import (
     BoundarySettings,
     Cut,
     assemble,
+    bridge,
     choose_cut,
     is_actionable_request,
     is_assistant_text,
@@ -146,19 +155,14 @@ def _pinnable(messages: Sequence[Message], cut: Cut, pairing: ToolPairing
     if cut.empty:
         return None
     anchors = _anchor_indices(messages)
-    orphans: dict[int, int] = {}
-    for index, _ in pairing.orphan_results:
-        orphans[index] = orphans.get(index, 0) + 1
-    first = cut.tail_start  # the first tail message repair keeps: it may get the summary
-    while first < len(messages) and orphans.get(first, -1) == len(messages[first].parts):
-        first += 1
-    if first in anchors:
+    if bridge(messages, cut.tail_start, pairing) in anchors:  # it may get the summary
         return None
     middle = [i for i in anchors if cut.head_end <= i < cut.tail_start]
     if any(tool_calls(messages[i]) for i in middle):
         return None
     pinned = [messages[i] for i in middle]
-    head_role = messages[cut.head_end - 1].role if cut.head_end else "system"
+    head_role = next((m.role for m in reversed(messages[:cut.head_end])  # as assemble
+                      if m.role != "system"), None)
     if pinned and pinned[0].role == head_role:
         return None
     return pinned
@@ -252,15 +256,22 @@ def prepare(history: GovernedHistory, client_items: Sequence[bytes], codec: Item
             cut, pinned = alone, pinned_here
     if cut.empty:
         return None
-    # Phase 1 rewrites the head, but never from an anchor on: the newest request and
-    # assistant text reach the model byte for byte wherever they are.
-    anchors = [i for i in _anchor_indices(messages) if i < cut.head_end]
-    pruned = prune(messages, min([cut.head_end, *anchors]), pairing=pairing)
-    head = [*pruned.messages[:cut.head_end], *pinned]
+    # Phase 1 only on a head over the tail's budget (module doc), never from an anchor
+    # on: the newest request and assistant text reach the model byte for byte.
+    head = messages[:cut.head_end]
+    events = 0
+    if sum(estimate(m) for m in head) > settings.tail_budget_tokens:
+        anchors = [i for i in _anchor_indices(messages) if i < cut.head_end]
+        pruned = prune(messages, min([cut.head_end, *anchors]), pairing=pairing)
+        head, events = list(pruned.messages[:cut.head_end]), len(pruned.events)
     # The summary reads the pinned anchors too (kept verbatim as well): without the
     # answer and the request, an older ask would read as pending and the task be lost.
-    return Prepared(history, messages, head, messages[cut.head_end:cut.tail_start],
-                    messages[cut.tail_start:], len(pruned.events), len(pinned))
+    # An earlier compression's note is not part of it: the new one replaces it.
+    note = Message("system", (Text(NOTE),))
+    middle = [m for m in messages[cut.head_end:cut.tail_start]
+              if (m.role, m.parts) != (note.role, note.parts)]
+    return Prepared(history, messages, [*head, *pinned], middle,
+                    messages[cut.tail_start:], events, len(pinned))
 
 
 def finish(prepared: Prepared, text: str, codec: ItemCodec, *, summariser: str,

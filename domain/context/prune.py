@@ -8,12 +8,12 @@ Rules:
 
 The overview: docs/architecture/context.md, 'The stage, per call'.
 
-Only messages
-*before* ``protect_from`` are rewritten (the tail — chosen by the caller, phase 2 —
-is never touched), and only *content* is replaced: the number and order of messages,
-their roles and ``wire`` framing, tool-call ids and names and every :class:`Opaque` part
-stay as they are, so tool pairing is unchanged and the chat adapter keeps each message's
-layout. The rules, in this order:
+Only messages *before* ``protect_from`` are rewritten (a compaction passes its head's
+end, and prunes only a head over the tail's budget: ``domain.context.compression``), and
+only *content* is replaced: the number and order of messages, their roles and ``wire``
+framing, tool-call ids and names and every :class:`Opaque` part stay as they are, so tool
+pairing is unchanged and the chat adapter keeps each message's layout. The rules, in
+this order:
 
 1. **Dedupe** (:data:`DEDUPE`). A tool result whose text (its text parts joined; only
    results made of text alone) is byte-identical to a *later* result anywhere in the

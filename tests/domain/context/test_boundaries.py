@@ -171,8 +171,11 @@ def test_summary_after_system_head_is_a_user_message() -> None:
 
 
 def test_summary_between_user_and_user_is_an_assistant_message() -> None:
-    out = assemble(to_neutral([sys(), user("a")]), SUMMARY, to_neutral([user("b")]), NOTE)
-    assert [m.role for m in out] == ["system", "system", "user", "assistant", "user"]
+    # The note between them does not count: the summary still follows the user's turn.
+    head = to_neutral([sys(), user("a")])
+    out = assemble(head, SUMMARY, to_neutral([user("b")]), NOTE)
+    assert [m.role for m in out] == ["system", "user", "system", "assistant", "user"]
+    assert out[:2] == head and out[2].parts == (Text(NOTE),)
 
 
 def test_summary_after_tool_results_before_a_user_is_an_assistant_message() -> None:
@@ -185,8 +188,9 @@ def test_summary_is_merged_into_the_first_tail_message_when_both_roles_collide()
     head = to_neutral([sys(), user("a"), asst("b")])
     tail = to_neutral([user("c"), asst("d")])
     out = assemble(head, SUMMARY, tail, NOTE)
-    assert [m.role for m in out] == ["system", "system", "user", "assistant", "user",
+    assert [m.role for m in out] == ["system", "user", "assistant", "system", "user",
                                      "assistant"]
+    assert out[:3] == head and out[3].parts == (Text(NOTE),)
     assert out[4].parts == (Text(SUMMARY + "\n\n"), Text("c"))
     assert from_neutral(out)[4] == {"role": "user", "content": SUMMARY + "\n\nc"}
 
@@ -203,6 +207,42 @@ def test_summary_is_a_user_message_when_no_user_message_survives() -> None:
     tail = to_neutral([asst(None, call("c")), tool("c", "r")])
     out = assemble(head, SUMMARY, tail, NOTE)
     assert [m.role for m in out] == ["system", "system", "user", "assistant", "tool"]
+
+
+def test_the_head_comes_first_as_it_was_then_the_note_and_the_summary() -> None:
+    # Issue 23: what was forwarded before the cut stays a byte prefix (prompt cache).
+    head = to_neutral([sys(), user("a"), asst(None, call("c")), tool("c", "r")])
+    tail = to_neutral([user("b"), asst("d")])
+    out = assemble(head, SUMMARY, tail, NOTE)
+    assert all(ours is theirs for ours, theirs in zip(out, head, strict=False))
+    assert [m.role for m in out[4:]] == ["system", "assistant", "user", "assistant"]
+    assert out[4].parts == (Text(NOTE),) and out[5].parts == (Text(SUMMARY),)
+    assert out[6:] == tail
+
+
+def test_a_head_ending_with_a_user_turn_gets_its_summary_merged_into_an_assistant_tail() -> None:
+    # user, note, user would be two user turns on a wire that folds the note away.
+    head = to_neutral([user("a")])
+    out = assemble(head, SUMMARY, to_neutral([asst("b"), user("c")]), NOTE)
+    assert [m.role for m in out] == ["user", "system", "assistant", "user"]
+    assert out[0] is head[0]
+    assert out[2].parts == (Text(SUMMARY + "\n\n"), Text("b"))
+
+
+def test_system_messages_at_the_tail_start_do_not_separate_the_summary_from_a_turn() -> None:
+    head = to_neutral([sys(), user("a"), asst("b")])
+    tail = to_neutral([sys("a reminder"), user("c"), asst("d")])
+    out = assemble(head, SUMMARY, tail, NOTE)
+    assert [m.role for m in out] == ["system", "user", "assistant", "system", "system",
+                                     "user", "assistant"]
+    assert out[:3] == head and out[4] is tail[0]
+    assert out[5].parts == (Text(SUMMARY + "\n\n"), Text("c"))
+    # The bridge rule sees the same message: a newest request there moves the cut back.
+    history = to_neutral([sys(), user("task"), asst("x" * 400), user("y" * 400),
+                          asst("z" * 400), sys("a reminder"), user("now"), asst("ok")])
+    cut = choose_cut(history, BoundarySettings(protect_first_n=1, tail_budget_tokens=1,
+                                               min_tail_messages=1), chars4)
+    assert cut == Cut(2, 4)  # not 5: the merge would have gone into "now"
 
 
 def test_the_note_is_added_once() -> None:
@@ -308,10 +348,15 @@ def test_cut_and_assembly_properties(wire: list[dict[str, Any]],
     inputs = {id(m) for m in history}
     merged = {id(m) for m in out
               if m.parts[:1] == (Text(SUMMARY + "\n\n"),) and id(m) not in inputs}
-    for left, right in pairwise(out):
+    # System messages do not separate turns (a wire may fold them away).
+    for left, right in pairwise(m for m in out if m.role != "system"):
         if left.role == right.role and left.role in ("user", "assistant"):
             # Only the client's own adjacency survives; assembly never creates one.
             assert {id(left), id(right)} <= inputs | merged
+    if tool_pairs(head).complete:  # nothing of the client's to repair in the head
+        # The head comes first, as it was: the cached prefix survives (issue 23).
+        assert len(out) > len(head)
+        assert all(ours is theirs for ours, theirs in zip(out, head, strict=False))
     assert sum(m.role == "system" and m.parts == (Text(NOTE),) for m in out) == 1
     out_hashes = {content_hash(m) for m in out}
     for anchor in anchors:
