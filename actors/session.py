@@ -56,7 +56,17 @@ from sessionwarden.domain.admission.pipeline import (
 )
 from sessionwarden.domain.admission.stages import default_pipeline
 from sessionwarden.domain.calls import complete_call
-from sessionwarden.domain.context.prepared import PreparedCompression, applies, prepared_event
+from sessionwarden.domain.context.prepared import (
+    PreparationFailed,
+    PreparedCompression,
+    applies,
+    prepared_event,
+)
+from sessionwarden.domain.context.summariser import (
+    SummariserHealth,
+    cooldown_seconds,
+    record_failure,
+)
 from sessionwarden.domain.context.transcript import content_key
 from sessionwarden.domain.cost.price_book import PriceBook
 from sessionwarden.domain.errors import UnknownCall
@@ -70,6 +80,7 @@ from sessionwarden.events import (
     ContextCompressed,
     Event,
     SessionStarted,
+    SummariserFailed,
 )
 from sessionwarden.redact import default_redactor
 from sessionwarden.store import ANY, NO_STREAM, Content, EventLog, StreamAppend
@@ -305,7 +316,20 @@ class SessionActor(GovernedActor):
         """
         state = self._get(message.session_id)
         outcome = message.outcome
-        history = state.context.history if state.context is not None else None
+        context = state.context
+        history = context.history if context is not None else None
+        failed: tuple[Event, ...] = ()
+        if isinstance(outcome, PreparationFailed):
+            # The model failed: recorded as any summary failure, so it cools for this
+            # session (the crossing call compacts without asking it again) and for all.
+            health = record_failure(context.health if context else SummariserHealth(),
+                                    self._clock.now())
+            if context is not None:
+                state.context = context._replace(health=health)
+            failed = (SummariserFailed(
+                call_id=message.call_id, model=outcome.model, reason=outcome.reason[:200],
+                action="dropped", cooldown_s=cooldown_seconds(health.failures)),)
+            outcome = f"the summary failed: {outcome.reason}"
         reason = outcome if isinstance(outcome, str) else (
             "stale: the history changed while it was prepared"
             if state.preparing != message.call_id or history is None
@@ -314,7 +338,8 @@ class SessionActor(GovernedActor):
         events: tuple[Event, ...]
         contents: tuple[Content, ...] = ()
         if reason:
-            events, answer = (CompressionDropped(call_id=message.call_id, reason=reason),), None
+            events, answer = (*failed, CompressionDropped(call_id=message.call_id,
+                                                          reason=reason)), None
         else:
             event, stored = prepared_event(outcome, self._keep_content)
             events, answer = (event,), outcome

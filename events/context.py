@@ -194,6 +194,9 @@ class ContextCompressed(Event, frozen=True):
 class SummariserFailed(Event, frozen=True):
     """The model summariser failed: ``action`` ``"fallback"`` or ``"abort"`` was taken.
 
+    ``"dropped"``: it failed a compression prepared ahead, which is dropped (recorded after
+    the preparing call's admission, with a CompressionDropped).
+
     ``cooldown_s``: the model summariser is not tried again for this long.
     """
 

@@ -11,7 +11,8 @@ Rules:
   model's seconds. A compression asked for through the control API is made at its call
   (its focus is the caller's), never taken from a preparation.
 - Nothing is prepared while the guard holds compressions back (after ineffective
-  ones, or before the last one was judged by a reading).
+  ones, or before the last one was judged by a reading), nor while the summary model
+  is cooling after failures.
 """
 
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from sessionwarden.domain.context.compression import encode_summary
 from sessionwarden.domain.context.conversation import ItemCodec
 from sessionwarden.domain.context.history import GovernedHistory
 from sessionwarden.domain.context.prepared import PreparedCompression, PrepareWork, applies
+from sessionwarden.domain.context.summariser import SummariserHealth, available
 from sessionwarden.domain.context.transcript import content_ref
 from sessionwarden.domain.context.trigger import MAX_UNFIT_COMPRESSIONS, CompressionGuard
 from sessionwarden.domain.cost.pricing import Price
@@ -74,11 +76,13 @@ def ready(state: SessionState, history: GovernedHistory, call_id: str
 
 def preparation(config: Config, state: SessionState, request: CallRequest,
                 history: GovernedHistory, client_items: Sequence[bytes], codec: ItemCodec,
-                threshold: int, tokens: int, guard: CompressionGuard, max_chars: int
+                threshold: int, tokens: int, guard: CompressionGuard, max_chars: int,
+                health: SummariserHealth, now: datetime
                 ) -> tuple[CompressionPreparing, PrepareWork] | None:
     """What starts a preparation from ``history`` now, if one is due (module doc)."""
     compression = config.compression
     if (not compression.enabled or compression.summariser != "model" or not state.started
+            or not available(health, now)
             or not compression.prepare_ahead
             or state.preparing or state.prepared is not None
             or tokens < compression.prepare_ratio * threshold

@@ -194,7 +194,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
                                      compression.prepare_wait_s), resume_wait)
     if requested is None and not (due or cold):
         start = preparation(config, state, request, history, client_items, codec, threshold,
-                            figure.tokens, guard, _max_chars(threshold))
+                            figure.tokens, guard, _max_chars(threshold), health, now)
         if start is None:
             return unchanged([])
         # The work travels with the admitted request; the proxy starts it once durable.

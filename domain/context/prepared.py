@@ -36,6 +36,7 @@ from sessionwarden.events import CompressionPrepared, RequestRecord
 __all__ = [
     "AwaitPreparation",
     "Preparation",
+    "PreparationFailed",
     "PrepareWork",
     "PreparedCompression",
     "applies",
@@ -125,12 +126,22 @@ def start_preparation(work: PrepareWork) -> tuple[Prepared, SummaryWork] | str:
         max_chars=work.max_chars)
 
 
+class PreparationFailed(NamedTuple):
+    """The summary model failed a preparation (asked, not over a cap nor cooling)."""
+
+    model: str
+    reason: str
+
+
 def finish_preparation(work: PrepareWork, prepared: Prepared, result: object
-                       ) -> PreparedCompression | str:
+                       ) -> PreparedCompression | PreparationFailed | str:
     """Phase 4 around the model's summary; or why there is no prepared compression."""
     if not isinstance(result, SummaryResult) or not result.text or result.failure:
+        if isinstance(result, SummaryResult) and result.failure and not (
+                result.over_cap or result.cooling):
+            return PreparationFailed(result.model, result.failure)
         reason = result.failure if isinstance(result, SummaryResult) else ""
-        return f"the summary failed: {reason or 'no summary'}"
+        return f"no summary: {reason or 'none'}"
     compression = finish(prepared, result.text, work.codec, summariser="model",
                         model=result.model)
     if compression is None:

@@ -82,6 +82,8 @@ class HistoryFold:
 
     def fold(self, event: Event) -> tuple[Event, ...]:
         """Apply one event; returns the stage's events a call's admission made count."""
+        if isinstance(event, SummariserFailed) and event.action == "dropped":
+            return (event,)  # a preparation's: its call was admitted long before
         if isinstance(event, _DECIDED):
             self._decided.setdefault(event.call_id, []).append(event)
             return ()

@@ -23,6 +23,7 @@ from sessionwarden.events import (
     CompressionPreparing,
     ContextCompressed,
     HistoryReset,
+    SummariserFailed,
 )
 from sessionwarden.views.session_status import read_status, status_text
 
@@ -44,14 +45,14 @@ def events(daemon: InProcessDaemon, session: str) -> list[Any]:
             for e in daemon.runtime.log.read_stream(f"session-{session}")]
 
 
-def wait_for(daemon: InProcessDaemon, session: str, kind: type, timeout: float = 15) -> Any:
+def wait_for(daemon: InProcessDaemon, session: str, kind: Any, timeout: float = 15) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = [e for e in events(daemon, session) if isinstance(e, kind)]
         if found:
             return found[-1]
         time.sleep(0.05)
-    raise AssertionError(f"no {kind.__name__} in {timeout} s")
+    raise AssertionError(f"no {kind} in {timeout} s")
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def play_until(daemon: InProcessDaemon, session: str, stop: type,
             if any(isinstance(e, stop) for e in found):
                 return made
             if settle is not None and any(isinstance(e, settle) for e in found):
-                wait_for(daemon, session, CompressionPrepared)
+                wait_for(daemon, session, CompressionPrepared | CompressionDropped)
                 settle = None
     raise AssertionError(f"the session never recorded a {stop.__name__}")
 
@@ -177,3 +178,21 @@ def test_a_reset_drops_the_prepared_compression(daemon: InProcessDaemon) -> None
     [dropped] = [e for e in found if isinstance(e, CompressionDropped)]
     assert dropped.call_id == prepared.call_id and "stale" in dropped.reason
     assert [e for e in found if isinstance(e, HistoryReset)]
+
+
+def test_a_failing_summary_model_drops_the_preparation_and_cools(
+    daemon: InProcessDaemon, fake: FakeProviderServer,
+) -> None:
+    """The preparation's summary fails (503): recorded as a summary failure with its
+    cooldown, so the crossing call does not ask the model again (the builtin stands in)."""
+    fake.state.by_model["sum-model"] = {"status": 503}
+    play_until(daemon, "failing", ContextCompressed, settle=CompressionPreparing)
+    found = events(daemon, "failing")
+    failed, cooling = [e for e in found if isinstance(e, SummariserFailed)]
+    [dropped] = [e for e in found if isinstance(e, CompressionDropped)]
+    [compressed] = [e for e in found if isinstance(e, ContextCompressed)]
+    assert failed.action == "dropped" and failed.cooldown_s > 0
+    assert failed.call_id == dropped.call_id and "the summary failed" in dropped.reason
+    assert (compressed.prepared, compressed.summariser) == (False, "builtin-fallback")
+    assert cooling.call_id == compressed.call_id and cooling.cooldown_s == 0  # not asked
+    assert len([e for e in found if isinstance(e, CallAdmitted) and e.purpose]) == 1
