@@ -168,7 +168,10 @@ def test_one_session_s_2000_message_compression_never_holds_up_another_s_calls(
         daemon.stop()
 
 
-def test_a_reset_drops_the_prepared_compression(daemon: InProcessDaemon) -> None:
+def test_a_reset_drops_the_prepared_compression(
+    daemon: InProcessDaemon, fake: FakeProviderServer,
+) -> None:
+    fake.state.by_model["sum-model"] = {"reply": SUMMARY, "delay_ms": 200}
     play_until(daemon, "reset", CompressionPrepared, settle=CompressionPreparing)
     prepared = wait_for(daemon, "reset", CompressionPrepared)
     with daemon.openai(session="reset") as client:  # the client starts over
