@@ -1,10 +1,10 @@
-"""The compression step's compression prepared ahead (issue 23): when to prepare, what applies.
+"""The compression step's moments ahead of the trigger (issue 23): prepare, apply, cold cache.
 
-``domain.admission.compression_stage`` asks, at each governed call with the model
-summariser: is a compression prepared for this history (:func:`ready`; a stale one is
-dropped, recorded), should one be prepared from it (:func:`preparation`: past the prepare
-mark, none in flight or ready; the work goes with the admitted request, and the proxy
-starts it once the admission is durable), and what records its use (:func:`applied`).
+``domain.admission.compression_stage`` asks, at each governed call: is a compression
+prepared for this history (:func:`ready`; a stale one is dropped, recorded), should one
+be prepared from it (:func:`preparation`; the work goes with the admitted request, the
+proxy starts it once the admission is durable), what records its use (:func:`applied`),
+and is the prompt cache cold anyway, so compressing now costs no cache (:func:`cold_cache`).
 
 Rules:
 - Only the model summariser prepares ahead: the builtin summary takes milliseconds, a
@@ -23,7 +23,7 @@ from sessionwarden.config import Config, UnknownModel, find_model
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.context.compression import encode_summary
 from sessionwarden.domain.context.conversation import ItemCodec
-from sessionwarden.domain.context.history import GovernedHistory
+from sessionwarden.domain.context.history import ContextUpdate, GovernedHistory
 from sessionwarden.domain.context.prepared import PreparedCompression, PrepareWork, applies
 from sessionwarden.domain.context.summariser import SummariserHealth, available
 from sessionwarden.domain.context.transcript import content_ref
@@ -37,7 +37,8 @@ from sessionwarden.events import (
     Event,
 )
 
-__all__ = ["PriceOf", "applied", "cache_costs", "preparation", "ready", "summary_target"]
+__all__ = ["PriceOf", "applied", "cache_costs", "cold_cache", "preparation", "ready",
+           "summary_target"]
 
 #: The price of ``(provider, model)`` at a time, None if unknown (the runtime's price book).
 PriceOf = Callable[[str, str, datetime], Price | None]
@@ -97,6 +98,27 @@ def preparation(config: Config, state: SessionState, request: CallRequest,
         threshold=threshold, target=summary_target(config, request.provider, request.model),
         fallback=(request.provider, request.model), max_chars=max_chars)
     return event, work
+
+
+def cold_cache(config: Config, request: CallRequest, context: ContextUpdate | None,
+                tokens: int, threshold: int, now: datetime) -> bool:
+    """Whether to compress now because the prompt cache is cold anyway.
+
+    A session past the prepare mark (``prepare_ratio`` of its trigger) whose previous
+    call is older than its provider's prompt-cache lifetime: its next prompt is written
+    to the cache afresh whatever we do, so a compression now costs no cache it would
+    have kept, where waiting for the trigger would bust a warm one. Only when the guard
+    would let a compression through (not after ineffective ones, not before a reading).
+    """
+    if context is None or context.last_at is None or not config.compression.enabled:
+        return False
+    ttl = config.prompt_cache_ttl(request.provider)
+    if ttl is None or tokens < config.compression.prepare_ratio * threshold:
+        return False
+    guard = context.guard
+    if guard.unfit >= MAX_UNFIT_COMPRESSIONS or guard.awaiting_reading:
+        return False
+    return (now - context.last_at).total_seconds() > ttl
 
 
 def summary_target(config: Config, provider: str, model: str) -> tuple[str, str]:

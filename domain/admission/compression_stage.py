@@ -3,8 +3,8 @@
 ``domain.admission.context_stage`` calls :func:`compress_step` once the new items are
 appended to the governed history. It decides on the best token figure
 (``domain.context.trigger``: the trigger, the calibrated estimate, the anti-thrashing
-guard) or on a compaction asked for
-through the control API, then compresses (``domain.context.compression``):
+guard), on the prompt cache gone cold past the prepare mark, or on a compression asked
+for through the control API, then compresses (``domain.context.compression``):
 
 - ``summariser = "builtin"``: at once, deterministic;
 - ``summariser = "model"``: the stage needs a summary from a model
@@ -17,7 +17,9 @@ through the control API, then compresses (``domain.context.compression``):
   and the builtin summary stands in, whatever ``on_summary_failure`` says, recorded in
   SummariserFailed. No message is ever dropped without a summary covering it. A
   session's very first call uses the builtin summariser: a side call cannot be the call
-  that starts a session.
+  that starts a session; with a compression prepared ahead for this history
+  (``domain.admission.ahead``), it is applied instead, without a summary call (a
+  preparation still running is waited for up to ``prepare_wait_s``).
 
 A prompt that cannot fit the window with its answer's reserve (``domain.context.trigger``'s
 ``prompt_room``) is compressed whatever the anti-thrashing guard says, and when even
@@ -36,6 +38,7 @@ from sessionwarden.domain.admission.ahead import (
     PriceOf,
     applied,
     cache_costs,
+    cold_cache,
     preparation,
     ready,
     summary_target,
@@ -75,7 +78,6 @@ from sessionwarden.domain.context.summariser import (
 from sessionwarden.domain.context.summary import Summary, render
 from sessionwarden.domain.context.transcript import content_key, content_ref
 from sessionwarden.domain.context.trigger import (
-    MAX_UNFIT_COMPRESSIONS,
     Calibration,
     CompressionGuard,
     calibrated,
@@ -93,27 +95,6 @@ __all__ = ["Done", "compress_step"]
 
 #: What the stage does with the (possibly compressed) history: record and proceed.
 Done = Callable[[GovernedHistory, int, list[Event], ContextUpdate], StageResult]
-
-
-def _cold_cache(config: Config, request: CallRequest, context: ContextUpdate | None,
-                tokens: int, threshold: int, now: datetime) -> bool:
-    """Whether to compress now because the prompt cache is cold anyway.
-
-    A session past the prepare mark (``prepare_ratio`` of its trigger) whose previous
-    call is older than its provider's prompt-cache lifetime: its next prompt is written
-    to the cache afresh whatever we do, so a compression now costs no cache it would
-    have kept, where waiting for the trigger would bust a warm one. Only when the guard
-    would let a compression through (not after ineffective ones, not before a reading).
-    """
-    if context is None or context.last_at is None or not config.compression.enabled:
-        return False
-    ttl = config.prompt_cache_ttl(request.provider)
-    if ttl is None or tokens < config.compression.prepare_ratio * threshold:
-        return False
-    guard = context.guard
-    if guard.unfit >= MAX_UNFIT_COMPRESSIONS or guard.awaiting_reading:
-        return False
-    return (now - context.last_at).total_seconds() > ttl
 
 
 def compress_step(config: Config, state: SessionState, request: CallRequest,
@@ -152,7 +133,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
         return done(history, kept, [*events, *extra], update)
 
     due = compression.enabled and should_compress(guard, figure, threshold, fit.room).compress
-    cold = not due and _cold_cache(config, request, context, figure.tokens, threshold, now)
+    cold = not due and cold_cache(config, request, context, figure.tokens, threshold, now)
     trigger = "requested" if requested is not None else "cold_cache" if cold else "threshold"
     ahead, dropped = ready(state, history, request.call_id)
     rates = price(request.provider, request.model, now) if price is not None else None
