@@ -44,6 +44,9 @@ class RequestShape(msgspec.Struct, frozen=True):
             stage refuses a request that has any.
         prompt_tokens: our estimate of the prompt in tokens, once governance computed it
             (0: estimate from ``prompt_chars``).
+        native_compaction: the client asks the provider to compact this request itself
+            (Anthropic ``context_management`` compaction edits, a Responses compaction
+            option): the daemon does not compact it in the same call.
     """
 
     model: str
@@ -52,6 +55,7 @@ class RequestShape(msgspec.Struct, frozen=True):
     prompt_chars: int = 0
     problems: tuple[str, ...] = ()
     prompt_tokens: int = 0
+    native_compaction: bool = False
 
 
 class CallRequest(msgspec.Struct, frozen=True):

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from sessionwarden.domain.calls import RequestShape
-from sessionwarden.domain.context.conversation import Conversation
+from sessionwarden.domain.context.conversation import Conversation, ItemCodec
 from sessionwarden.upstream.chat_completions import ResponseFacts
 
 __all__ = ["Adapter", "StreamReader"]
@@ -43,10 +43,19 @@ class StreamReader(Protocol):
 
 
 class Adapter(Protocol):
-    """One wire format, both ways (see the module doc)."""
+    """One wire format, both ways (see the module doc).
 
+    The same adapter serves both sides of a call: the *door* a client came through (its
+    request read, its errors shaped, its session named) and the provider's wire (the
+    upstream body, the answer read). Without translation the two are one format.
+    """
+
+    #: The ``api_mode`` a provider names to be reached in this format.
+    api_mode: str
     #: The upstream path a request is posted to, after the provider's base URL.
     path: str
+    #: The conversation's items, read and written one at a time.
+    items: ItemCodec
 
     def read_request(self, body: bytes) -> tuple[Conversation, RequestShape]:
         """A client's request body as a conversation and its shape (model, stream…)."""
@@ -78,4 +87,21 @@ class Adapter(Protocol):
 
     def stream(self, injected: bool, max_event_bytes: int = ...) -> StreamReader:
         """A reader for one streamed answer."""
+        ...
+
+    def session_hint(self, fields: Mapping[str, Any], headers: Mapping[str, str]
+                     ) -> str | None:
+        """The session the client names in its own way, without ``X-Session-Id``.
+
+        ``headers`` have lower-case names. None when the client names none (the session
+        is then derived from the conversation). The value is checked by the caller.
+        """
+        ...
+
+    def error_body(self, status: int, message: str, kind: str, code: str | None) -> bytes:
+        """An error answer's JSON body in this format's shape (``kind`` is the OpenAI type)."""
+        ...
+
+    def sse_error(self, message: str, kind: str, code: str) -> bytes:
+        """An error as this format's server-sent event, to end a stream that went wrong."""
         ...

@@ -232,6 +232,21 @@ class ChatCompletions:
         """A reader for one streamed response."""
         return ChatStream(injected, max_event_bytes)
 
+    def session_hint(self, fields: Mapping[str, Any], headers: Mapping[str, str]
+                     ) -> str | None:
+        """None: a chat client names its session with ``X-Session-Id`` or not at all."""
+        del fields, headers
+        return None
+
+    def error_body(self, status: int, message: str, kind: str, code: str | None) -> bytes:
+        """``{"error": {"message", "type", "code"}}``, as OpenAI answers."""
+        del status
+        return _encode({"error": {"message": message, "type": kind, "code": code}})
+
+    def sse_error(self, message: str, kind: str, code: str) -> bytes:
+        """The error as a ``data:`` event, as OpenAI ends a stream that failed."""
+        return b"data: " + self.error_body(0, message, kind, code) + b"\n\n"
+
 
 class ChatStream:
     """One streamed chat completion, read as it is relayed.

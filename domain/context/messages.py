@@ -56,6 +56,8 @@ import msgspec
 
 __all__ = [
     "HASH_VERSION",
+    "NATIVE_COMPACTION",
+    "THINKING",
     "Message",
     "Opaque",
     "Part",
@@ -72,6 +74,16 @@ __all__ = [
     "tool_pairs",
     "tool_results",
 ]
+
+#: The :class:`Opaque` kind of a provider's own compaction (an Anthropic ``compaction``
+#: block, a Responses ``compaction`` item): the one kind governance does read. Such a part
+#: is never rewritten or dropped, and the daemon compacts a history that holds one only
+#: after its last one (the provider's summary stands for everything before it).
+NATIVE_COMPACTION = "native_compaction"
+#: The :class:`Opaque` kind of a model's signed thinking or reasoning (Anthropic
+#: ``thinking`` / ``redacted_thinking`` blocks, Responses ``reasoning`` items): carried
+#: byte for byte, its signature or encrypted content with it.
+THINKING = "thinking"
 
 #: A message's role, whatever the wire calls it (developer → ``system``, …).
 Role = Literal["system", "user", "assistant", "tool", "other"]
