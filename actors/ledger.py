@@ -59,7 +59,7 @@ from sessionwarden.actors.messages import (
 from sessionwarden.clock import Clock, SystemClock
 from sessionwarden.config import Config
 from sessionwarden.domain.admission.caps_stage import session_budget
-from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.calls import UNHELD_PURPOSES, CallRequest
 from sessionwarden.domain.cost.caps import (
     BudgetCall,
     Caps,
@@ -239,10 +239,10 @@ class UsageLedgerActor(GovernedActor):
                 return msgspec.structs.replace(request, budget=refused)
             spend = adopt(spend, session, request.parent_session)
         parent = spend.parents.get(session, "")
-        # A side call is not judged at admission: the summariser reserved its worst case
-        # before admitting it (ReserveRoute) and uses the builtin summary when that is
-        # refused, so here it is only placed in its session's tree.
-        if request.purpose:
+        # Some side calls are not judged at admission (UNHELD_PURPOSES: the summariser
+        # reserved its worst case before admitting it, a token count is free), so here
+        # they are only placed in their session's tree.
+        if request.purpose in UNHELD_PURPOSES:
             self._spend = spend
             return msgspec.structs.replace(request, parent_session=parent)
         if self._cuts:  # none in a log without a refused parent: no walk then

@@ -451,17 +451,25 @@ def _resolve(config: Config, name: str) -> tuple[ProviderConfig, str] | None:
     return None if provider is None else (provider, upstream)
 
 
-def find_model(config: Config, name: str) -> tuple[ProviderConfig, str]:
+def find_model(config: Config, name: str, api_mode: str = "chat_completions"
+               ) -> tuple[ProviderConfig, str]:
     """Resolve a client's model name to ``(provider, upstream model name)``.
 
     A ``[[models]]`` name wins; otherwise ``"<provider>/<model>"`` splits at the first
     ``/`` (so ``"openrouter/anthropic/claude-x"`` asks openrouter for
-    ``"anthropic/claude-x"``).
+    ``"anthropic/claude-x"``). At a door of another format than chat completions
+    (``api_mode``), a name neither form resolves goes to the one usable provider of that
+    format, when there is exactly one: Claude Code and Codex send the provider's own
+    model names (``claude-sonnet-4-5``, ``gpt-5-codex``), which a user cannot prefix.
 
     Raises:
-        UnknownModel: neither form resolves.
+        UnknownModel: no form resolves.
     """
     resolved = _resolve(config, name)
+    if resolved is None and api_mode != "chat_completions":
+        speaking = [p for p in config.usable_providers if p.api_mode == api_mode]
+        if len(speaking) == 1:
+            resolved = speaking[0], name
     if resolved is None:
         known = tuple(m.name for m in config.models)
         known += tuple(f"{p.name}/<model>" for p in config.usable_providers)

@@ -23,13 +23,19 @@ from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.usage.canonical import CanonicalUsage, normalise_usage, tokens_from_chars
 from sessionwarden.events import CallAttempt, CallCompleted, RequestRecord
 
-__all__ = ["MAX_RAW_USAGE_CHARS", "CallAttempt", "CallOutcome", "CallRequest", "RequestShape",
-           "complete_call"]
+__all__ = ["MAX_RAW_USAGE_CHARS", "UNHELD_PURPOSES", "CallAttempt", "CallOutcome", "CallRequest",
+           "RequestShape", "complete_call"]
 
 #: A flagged or rejected usage block is kept, redacted, up to this many characters.
 MAX_RAW_USAGE_CHARS = 2000
 
 _encode = msgspec.json.Encoder().encode
+
+#: Side calls the spend caps do not judge at admission: the model summariser's (it
+#: reserved its worst case before it was admitted, and falls back to the builtin summary
+#: when that is refused) and a client's token count (free). A client's compaction call
+#: (``compact``) costs what any call costs and is held like one.
+UNHELD_PURPOSES = frozenset({"summary", "count_tokens"})
 
 
 class RequestShape(msgspec.Struct, frozen=True):

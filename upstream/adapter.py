@@ -14,6 +14,7 @@ so a new format is a new module and an entry in ``upstream.ADAPTERS``.
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from sessionwarden.config import ApiMode
 from sessionwarden.domain.calls import RequestShape
 from sessionwarden.domain.context.conversation import Conversation, ItemCodec
 from sessionwarden.upstream.chat_completions import ResponseFacts
@@ -50,12 +51,18 @@ class Adapter(Protocol):
     upstream body, the answer read). Without translation the two are one format.
     """
 
-    #: The ``api_mode`` a provider names to be reached in this format.
-    api_mode: str
     #: The upstream path a request is posted to, after the provider's base URL.
     path: str
-    #: The conversation's items, read and written one at a time.
-    items: ItemCodec
+
+    @property
+    def api_mode(self) -> ApiMode:
+        """The ``api_mode`` a provider names to be reached in this format."""
+        ...
+
+    @property
+    def items(self) -> ItemCodec:
+        """The conversation's items, read and written one at a time."""
+        ...
 
     def read_request(self, body: bytes) -> tuple[Conversation, RequestShape]:
         """A client's request body as a conversation and its shape (model, stream…)."""

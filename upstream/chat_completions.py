@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
-from sessionwarden.config import MAX_MODEL_NAME
+from sessionwarden.config import MAX_MODEL_NAME, ApiMode
 from sessionwarden.domain.calls import RequestShape
-from sessionwarden.domain.context.conversation import Conversation
+from sessionwarden.domain.context.conversation import Conversation, ItemCodec
 from sessionwarden.domain.context.messages import Message
 from sessionwarden.domain.context.transcript import assemble_body
 from sessionwarden.domain.usage.canonical import text_chars
@@ -120,9 +120,9 @@ def _integer_problems(fields: Mapping[str, Any]) -> tuple[str, ...]:
 class ChatCompletions:
     """``POST /chat/completions`` in the OpenAI format."""
 
-    api_mode = "chat_completions"
+    api_mode: ApiMode = "chat_completions"
     path = "/chat/completions"
-    items = _ITEMS
+    items: ItemCodec = _ITEMS
 
     def read_request(self, body: bytes) -> tuple[Conversation, RequestShape]:
         """Split a client's body into its fields and its raw messages, and their shape.

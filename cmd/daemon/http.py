@@ -2,18 +2,29 @@
 
 The daemon speaks raw ASGI (no framework) so that the proxy's hot path is a handful of
 function calls: routing is a dict lookup and the security checks run before it.
+
+An error keeps the shape of the door its request came through (:func:`door_errors`):
+an Anthropic client gets Anthropic's error JSON and ``event: error``, an OpenAI client
+OpenAI's. The shape is a context variable set once per request, not an argument, so the
+dozens of places that refuse a call do not each carry the door: a request is served in
+its own task, whose context no other request sees.
 """
 
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+import contextlib
+import contextvars
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from typing import Any, Protocol
 
 import msgspec
 from sessionwarden.cmd.daemon.access import note_error
 from sessionwarden.cmd.errors import BodyTooLarge
+from sessionwarden.upstream.chat_completions import ChatCompletions
 
 __all__ = [
     "ASGIReceive",
     "ASGISend",
+    "ErrorShape",
+    "door_errors",
     "header_map",
     "read_body",
     "send_error",
@@ -25,6 +36,38 @@ ASGIReceive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 ASGISend = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _encode = msgspec.json.Encoder().encode
+
+
+class ErrorShape(Protocol):
+    """How a wire format says an error (every adapter is one)."""
+
+    def error_body(self, status: int, message: str, kind: str, code: str | None) -> bytes:
+        """An error answer's JSON body."""
+        ...
+
+    def sse_error(self, message: str, kind: str, code: str) -> bytes:
+        """An error as a server-sent event."""
+        ...
+
+
+_CHAT = ChatCompletions()
+#: The request's door's shape; None outside a door: OpenAI's (the control API's too).
+_shape: contextvars.ContextVar[ErrorShape | None] = contextvars.ContextVar(
+    "sessionwarden_error_shape", default=None)
+
+
+def _current() -> ErrorShape:
+    return _shape.get() or _CHAT
+
+
+@contextlib.contextmanager
+def door_errors(shape: ErrorShape | None) -> Iterator[None]:
+    """Within the block, errors take ``shape`` (the door the request came through)."""
+    token = _shape.set(shape)
+    try:
+        yield
+    finally:
+        _shape.reset(token)
 
 
 def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -82,17 +125,25 @@ async def send_error(
     code: str | None = None,
     headers: Iterable[tuple[bytes, bytes]] = (),
 ) -> None:
-    """Send an OpenAI-style error body: ``{"error": {"message", "type", "code"}}``.
+    """Send an error body in the door's shape (OpenAI's ``{"error": {…}}`` by default).
 
+    ``kind`` is the OpenAI error type; a door of another format maps it to its own.
     ``message`` is also the error the request's access line shows.
     """
     note_error(message)
-    await send_json(
-        send, status, {"error": {"message": message, "type": kind, "code": code}}, headers
-    )
+    body = _current().error_body(status, message, kind, code)
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *headers,
+        ],
+    })
+    await send({"type": "http.response.body", "body": body})
 
 
 def sse_error(message: str, kind: str, code: str) -> bytes:
-    """An OpenAI-style error as a server-sent event, to end a stream that went wrong."""
-    body = _encode({"error": {"message": message, "type": kind, "code": code}})
-    return b"data: " + body + b"\n\n"
+    """An error as the door's server-sent event, to end a stream that went wrong."""
+    return _current().sse_error(message, kind, code)

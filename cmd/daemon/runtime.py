@@ -208,7 +208,7 @@ class Runtime:
             credit_board=self.credit_board, is_free=is_free)))
         self.supervisor = Supervisor(specs)
         self._commits = 0
-        self._routes: dict[str, tuple[ProviderConfig, str]] = {}
+        self._routes: dict[tuple[str, str], tuple[ProviderConfig, str]] = {}
         #: Providers without a usable key, and why (known once :meth:`start` has run).
         self.unusable: dict[str, str] = {}
         #: Whether a session cap was ever set through the control API (the ledger's
@@ -269,19 +269,23 @@ class Runtime:
         """Whether admission must pass the UsageLedgerActor (a cap may apply to a call)."""
         return self.config.has_caps or self.caps_set
 
-    def route(self, model: str) -> tuple[ProviderConfig, str]:
-        """``find_model`` for a client's model name, remembered (the config is frozen).
+    def route(self, model: str, api_mode: str = "chat_completions"
+              ) -> tuple[ProviderConfig, str]:
+        """``find_model`` for a client's model name at a door of ``api_mode``, remembered.
+
+        The config is frozen, so a resolved route never changes.
 
         Raises:
             UnknownModel: the name does not resolve (not remembered: it costs nothing
                 upstream, and a client cannot grow the memo with made-up names).
         """
-        found = self._routes.get(model)
+        key = (model, api_mode)
+        found = self._routes.get(key)
         if found is None:
-            found = find_model(self.config, model)
+            found = find_model(self.config, model, api_mode)
             if len(self._routes) >= _MAX_ROUTES:
                 self._routes.clear()
-            self._routes[model] = found
+            self._routes[key] = found
         return found
 
     def session_ref(self, session_id: str) -> "pykka.ActorRef[Any]":

@@ -9,9 +9,14 @@ The checks, in this order: its line and headers are within
 ``max_header_kib`` (counted while they arrive, ``cmd/daemon/protocol.py``: 431 otherwise); there
 is exactly one Host header, it parses as host[:port] and names this machine (a loopback
 name, or the explicitly allowed bind address), which defeats DNS rebinding from a
-browser; every path but ``/healthz`` needs ``Authorization: Bearer
-<token>`` (compared in constant time); a body larger than the cap is refused with 413 as
-soon as its declared or received size exceeds it, without reading it whole.
+browser; every path but ``/healthz`` needs the daemon's token, as ``Authorization:
+Bearer <token>`` or, the way Anthropic clients send a key, ``x-api-key: <token>``
+(compared in constant time); a body larger than the cap is refused with 413 as soon as
+its declared or received size exceeds it, without reading it whole.
+
+The proxy's doors (``proxy/doors.py``) are a dict by path; a request at a door is
+answered in the door's error shape from its first check on (an Anthropic client that
+sends the wrong key gets Anthropic's 401).
 """
 
 import hmac
@@ -27,13 +32,15 @@ from sessionwarden.cmd.daemon.control import CONTROL_PREFIX, KEYS_PATH, control,
 from sessionwarden.cmd.daemon.http import (
     ASGIReceive,
     ASGISend,
+    door_errors,
     header_map,
     read_body,
     send_error,
     send_json,
 )
 from sessionwarden.cmd.daemon.prepare import preparation_performers
-from sessionwarden.cmd.daemon.proxy.relay import chat_completions
+from sessionwarden.cmd.daemon.proxy.doors import Door, doors
+from sessionwarden.cmd.daemon.proxy.relay import serve_door
 from sessionwarden.cmd.daemon.runtime import Runtime
 from sessionwarden.cmd.daemon.summarise import summary_performers
 from sessionwarden.cmd.errors import BodyTooLarge
@@ -88,6 +95,8 @@ class DaemonApp:
         runtime.performers.update(summary_performers(runtime))
         runtime.performers.update(preparation_performers(runtime))
         self._auth = f"Bearer {token}".encode()
+        self._token = token.encode()
+        self._doors = doors()
         self._max_body = max_body_bytes
         self._hosts = _bracketed(frozenset(h.lower() for h in allowed_hosts))
         self._started = time.time()
@@ -98,9 +107,11 @@ class DaemonApp:
         """ASGI entry point."""
         if scope["type"] != "http":
             return
-        with access_logged(scope, send) as send:
+        door = self._doors.get(scope["path"])
+        with access_logged(scope, send) as send, door_errors(
+                door.adapter if door is not None else None):
             try:
-                await self._serve(scope, receive, send)
+                await self._serve(scope, receive, send, door)
             except Exception as exc:
                 logger.error("request {} failed: {}: {}", scope.get("path"),
                              type(exc).__name__, exc)
@@ -111,7 +122,8 @@ class DaemonApp:
                     pass  # the response had already started; the connection will be dropped
 
     async def _serve(
-        self, scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend
+        self, scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend,
+        door: Door | None,
     ) -> None:
         if host_name(scope["headers"]) not in self._hosts:
             await send_error(send, 403, "Host header does not name this machine (exactly "
@@ -125,7 +137,11 @@ class DaemonApp:
                                         "uptime_s": round(time.time() - self._started, 1)})
             return
         supplied = headers.get("authorization", "").encode("latin-1")
-        if not hmac.compare_digest(supplied, self._auth):
+        api_key = headers.get("x-api-key", "").encode("latin-1")
+        # Both compared, always: which one matched must not show in the time taken.
+        bearer_ok = hmac.compare_digest(supplied, self._auth)
+        key_ok = hmac.compare_digest(api_key, self._token)
+        if not (bearer_ok or key_ok):
             await send_error(send, 401, "missing or wrong bearer token", kind="auth_error",
                              code="unauthorized",
                              headers=[(b"www-authenticate", b'Bearer realm="sessionwarden"')])
@@ -136,7 +152,7 @@ class DaemonApp:
                 return
             await send_json(send, 200, self._models())
             return
-        if path == "/v1/chat/completions":
+        if door is not None:
             if method != "POST":
                 await send_error(send, 405, "use POST")
                 return
@@ -156,7 +172,8 @@ class DaemonApp:
                 return
             except ConnectionAbortedError:
                 return
-            await chat_completions(self.runtime, headers, body, receive, send)
+            query = scope.get("query_string", b"").decode("latin-1")
+            await serve_door(self.runtime, door, headers, body, query, receive, send)
             return
         if path.startswith(CONTROL_PREFIX):
             await control(self.runtime, method, path, receive, send)

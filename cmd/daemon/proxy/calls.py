@@ -116,6 +116,7 @@ class ProxiedCall:
         "body",
         "bounded",
         "client_request",
+        "endpoint",
         "error_class",
         "identity",
         "lease",
@@ -130,10 +131,15 @@ class ProxiedCall:
     )
 
     def __init__(self, session_id: str, provider: ProviderConfig, model: str,
-                 stream: bool, parent: str = "") -> None:
-        """A new call of ``session_id`` (child of ``parent``) to ``provider``'s ``model``."""
+                 stream: bool, parent: str = "", endpoint: str = "") -> None:
+        """A new call of ``session_id`` (child of ``parent``) to ``provider``'s ``model``.
+
+        ``endpoint``: what follows the adapter's upstream path (a side endpoint, the
+        client's query string), "" for the format's main path.
+        """
         self.identity = CallIdentity(new_call_id(), session_id, parent, stream,
                                      time.perf_counter())
+        self.endpoint = endpoint
         # -- the route: a fallback route or a failover changes these
         self.provider = provider
         self.model = model

@@ -1,15 +1,18 @@
-"""The OpenAI-compatible proxy: ``POST /v1/chat/completions``, plain and streaming.
+"""The proxy: one call through a door (chat completions, Messages, Responses), plain and streaming.
 
 The HTTP layer orchestrates; it parses no wire format itself (the adapters of
 ``sessionwarden.upstream`` do) and decides no policy (the domain does, inside the actors).
-The overview: docs/architecture/request-flow.md.
+The overview: docs/architecture/request-flow.md; the doors: ``proxy/doors.py``.
 
 Rules:
 
 One call, in order:
 
-1. the route's adapter reads the body into a payload and its wire-neutral shape; the
-   model names a provider (404 if none, 501 for a wire format the proxy cannot speak);
+1. the door's adapter reads the body into a payload and its wire-neutral shape; the
+   session is the one named (``X-Session-Id``), else the one the client names in its own
+   way (the adapter's ``session_hint``), else the conversation's; the model names a
+   provider (404 if none, 501 for a wire format the proxy cannot speak, 400 for a
+   provider of another format than the door's, both named);
 2. admission (``cmd/daemon/proxy/calls.py``) and a key lease are asked for at once;
    admission runs the pipeline and replies once CallAdmitted (or CallRefused) is
    durable, so nothing is sent upstream that is not recorded;
@@ -61,6 +64,7 @@ from sessionwarden.cmd.daemon.proxy.calls import (
     return_lease,
     take_lease,
 )
+from sessionwarden.cmd.daemon.proxy.doors import COUNT_TOKENS, Door
 from sessionwarden.cmd.daemon.proxy.failover import (
     RouteRefused,
     fail_over,
@@ -82,7 +86,7 @@ from sessionwarden.errors import Unavailable
 from sessionwarden.redact import default_redactor
 from sessionwarden.upstream import adapter_for
 from sessionwarden.upstream.adapter import Adapter, StreamReader
-from sessionwarden.upstream.chat_completions import ChatCompletions
+from sessionwarden.upstream.chat_completions import ResponseFacts
 from sessionwarden.upstream.client import (
     UpstreamResponse,
     forwarded_headers,
@@ -94,12 +98,13 @@ from sessionwarden.upstream.client import (
 from sessionwarden.upstream.errors import EventTooLarge, MalformedRequest
 
 __all__ = ["ERROR_BODY_TIMEOUT_S", "MAX_ANSWER_BYTES", "MAX_ERROR_BODY_BYTES",
-           "SESSION_HEADER", "chat_completions"]
+           "SESSION_HEADER", "serve_door"]
 
 #: The response header that names the call's session (given, or derived).
 SESSION_HEADER = b"x-sessionwarden-session-id"
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
-_CLIENT_WIRE = ChatCompletions()
+#: What a free side call (a token count) is recorded with: it used no tokens.
+_FREE = ResponseFacts({"input_tokens": 0, "output_tokens": 0}, True, 0)
 #: An error answer is read whole before anything is relayed, but never more than this:
 #: error bodies are small, and a huge one would be held in memory.
 MAX_ERROR_BODY_BYTES = 1 << 20
@@ -118,7 +123,7 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-async def _record_unrouted(rt: Runtime, session_id: str, shape: RequestShape,
+async def _record_unrouted(rt: Runtime, door: Door, session_id: str, shape: RequestShape,
                            payload: Conversation, headers: dict[str, str], why: str) -> str:
     """Record a call refused for want of a route (a ``CallRefused``); its id, "" if not.
 
@@ -133,7 +138,7 @@ async def _record_unrouted(rt: Runtime, session_id: str, shape: RequestShape,
     call_id = new_call_id()
     note_call(call_id, session_id, provider, model)
     request = CallRequest(call_id=call_id, session_id=session_id, provider=provider[:100],
-                          model=model[:200], api_mode="chat_completions", shape=shape,
+                          model=model[:200], api_mode=door.adapter.api_mode, shape=shape,
                           body=payload, client=headers.get("user-agent", "")[:200])
     try:
         await ask(rt.session_ref(session_id), RecordRefusal(request, "routing", 404, why,
@@ -144,16 +149,18 @@ async def _record_unrouted(rt: Runtime, session_id: str, shape: RequestShape,
     return call_id
 
 
-async def chat_completions(
-    rt: Runtime, headers: dict[str, str], body: bytes, receive: ASGIReceive, send: ASGISend
+async def serve_door(
+    rt: Runtime, door: Door, headers: dict[str, str], body: bytes, query: str,
+    receive: ASGIReceive, send: ASGISend,
 ) -> None:
-    """Serve one chat-completions request (the body has been read and size-checked).
+    """Serve one request at ``door`` (the body has been read and size-checked).
 
     In four steps, each of which may answer the client itself and end the call: read and
     route the request (:func:`_arrive`), admit it (:func:`_admit`), hold a key or the
     model's fallback route (:func:`_hold_key`), then send and relay (:func:`_forward`).
+    The caller has set the door's error shape (``http.door_errors``).
     """
-    arrived = await _arrive(rt, headers, body, send)
+    arrived = await _arrive(rt, door, headers, body, query, send)
     if arrived is None:
         return
     call, adapter, injected = arrived
@@ -177,8 +184,8 @@ async def chat_completions(
         raise
 
 
-async def _arrive(rt: Runtime, headers: dict[str, str], body: bytes, send: ASGISend,
-                  ) -> tuple[ProxiedCall, Adapter, bool] | None:
+async def _arrive(rt: Runtime, door: Door, headers: dict[str, str], body: bytes, query: str,
+                  send: ASGISend) -> tuple[ProxiedCall, Adapter, bool] | None:
     """Read the request, name its session and route it (None: the client is answered).
 
     Returns the call, its adapter, and whether the usage chunk was asked for on the
@@ -190,13 +197,19 @@ async def _arrive(rt: Runtime, headers: dict[str, str], body: bytes, send: ASGIS
                          "supported: send the body uncompressed", code="unsupported_encoding")
         return None
     try:
-        payload, shape = _CLIENT_WIRE.read_request(body)
+        payload, shape = door.adapter.read_request(body)
     except MalformedRequest as exc:
         await send_error(send, 400, str(exc), code=exc.code or None)
         return None
-    # Without the header, the session is the conversation's own (domain.context.conversation).
     given = headers.get("x-session-id")  # an empty one is refused below, not derived
-    session_id = derived_session_id(payload) if given is None else given
+    if given is None:
+        # The client's own name for its session (Claude Code's, Codex's), when it is one
+        # we can store; else the conversation's own (domain.context.conversation).
+        hint = door.adapter.session_hint(payload.fields, headers)
+        ok = hint is not None and _SESSION_ID.fullmatch(hint) is not None
+        session_id = hint if ok and hint is not None else derived_session_id(payload)
+    else:
+        session_id = given
     if not _SESSION_ID.fullmatch(session_id):
         await send_error(
             send, 400, "X-Session-Id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -"
@@ -209,9 +222,10 @@ async def _arrive(rt: Runtime, headers: dict[str, str], body: bytes, send: ASGIS
         )
         return None
     try:
-        provider, upstream_model = rt.route(shape.model)
+        provider, upstream_model = rt.route(shape.model, door.adapter.api_mode)
     except UnknownModel as exc:
-        call_id = await _record_unrouted(rt, session_id, shape, payload, headers, str(exc))
+        call_id = await _record_unrouted(rt, door, session_id, shape, payload, headers,
+                                         str(exc))
         await send_error(send, 404, str(exc), code="model_not_found",
                          headers=[(b"x-sessionwarden-call-id", call_id.encode()),
                                   (SESSION_HEADER, session_id.encode())] if call_id else ())
@@ -219,16 +233,25 @@ async def _arrive(rt: Runtime, headers: dict[str, str], body: bytes, send: ASGIS
     adapter = adapter_for(provider.api_mode)
     if adapter is None:
         await send_error(send, 501, f"provider {provider.name!r} uses api_mode "
-                         f"{provider.api_mode!r}, which the proxy cannot translate yet")
+                         f"{provider.api_mode!r}, which the proxy cannot speak yet")
+        return None
+    if adapter.api_mode != door.adapter.api_mode:
+        # No translation between formats yet: the client must reach a provider of its own.
+        await send_error(send, 400, f"model {_short(shape.model, 80)!r} is served by provider "
+                         f"{provider.name!r}, which speaks {provider.api_mode}; {door.path} "
+                         f"speaks {door.adapter.api_mode}: name a model of a provider with "
+                         f"api_mode = \"{door.adapter.api_mode}\"", code="wire_mismatch")
         return None
     # What is recorded at admission is what is sent: the fields as upstream gets them.
     payload.fields_bytes, injected = adapter.upstream_fields(
         payload.fields, upstream_model, shape.stream)
-    call = ProxiedCall(session_id, provider, upstream_model, shape.stream, parent)
+    endpoint = door.endpoint + (f"?{query}" if query and door.forward_query else "")
+    call = ProxiedCall(session_id, provider, upstream_model, shape.stream, parent, endpoint)
     call.client_request = CallRequest(  # governed again if the upstream finds it too long
         call_id=call.call_id, session_id=session_id, provider=provider.name,
         model=upstream_model, api_mode=provider.api_mode, shape=shape, body=payload,
         client=headers.get("user-agent", "")[:200], parent_session=parent,
+        purpose=door.purpose,
     )
     return call, adapter, injected
 
@@ -277,7 +300,7 @@ async def _hold_key(rt: Runtime, call: ProxiedCall, leasing: "asyncio.Future[Lea
         await take_lease(call, leasing)
     except KeysBenched as exc:
         try:
-            routed = await reroute(rt, call, admitted, exc.reason)
+            routed = await reroute(rt, call, admitted, exc.reason, wire=adapter)
         except RouteRefused as refused:
             await _refuse_route(rt, call, send, refused, str(exc))
             return None
@@ -385,7 +408,7 @@ async def _attempt(
     call.sent_at = rt.clock.now()
     try:
         response = await client.race(
-            rt.upstream.post(call.provider, adapter.path, body, out_headers))
+            rt.upstream.post(call.provider, adapter.path + call.endpoint, body, out_headers))
     except ClientGone:
         await complete(rt, call, call.outcome(
             "client_disconnected", error="the client left before the upstream answered"))
@@ -562,7 +585,10 @@ async def _relay_plain(
                     status=status)
         return
     if status < 400:
-        facts = adapter.read_response(body)
+        # A token count is free (Anthropic bills none): its answer holds no usage, which
+        # would otherwise be estimated and charged.
+        free = call.client_request is not None and call.client_request.purpose == COUNT_TOKENS
+        facts = _FREE if free else adapter.read_response(body)
         body = default_redactor.scrub_secrets(body)  # an upstream that echoes our key
         outcome = call.outcome("ok", status=status, usage_block=facts.usage_block,
                                has_output=facts.has_output, output_chars=facts.output_chars,
