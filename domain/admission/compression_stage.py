@@ -132,6 +132,10 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
             return fit.refuse(figure.tokens, [*events, *extra], compressed=False)
         return done(history, kept, [*events, *extra], update)
 
+    if request.shape.native_compaction:
+        # The client asked the provider to compact this very request: compacting it too
+        # would summarise what the provider is about to summarise (and bust its cache).
+        return unchanged([])
     due = compression.enabled and should_compress(guard, figure, threshold, fit.room).compress
     cold = not due and cold_cache(config, request, context, figure.tokens, threshold, now)
     trigger = "requested" if requested is not None else "cold_cache" if cold else "threshold"

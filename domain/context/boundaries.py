@@ -13,7 +13,10 @@ The overview: docs/architecture/context.md, 'The stage, per call'.
 
 * head: the leading system message(s) plus the next ``protect_first_n`` messages, then
   moved forward past any tool result answering a call in it (the head never ends between
-  a call and its results). Messages, not "exchanges", as Hermes's ``protect_first_n``;
+  a call and its results). Messages, not "exchanges", as Hermes's ``protect_first_n``.
+  A history that carries a provider's own compaction (an :class:`Opaque` part of kind
+  ``NATIVE_COMPACTION``) keeps everything up to its last one in the head: the provider's
+  summary stands for what is before it, and its block must reach it byte for byte;
 * tail: walking back from the end, messages are added while they fit under the soft
   ceiling ``ceiling_factor × tail_budget_tokens``, and always at least
   ``min_tail_messages`` of them. When everything fits under the ceiling, the walk is done
@@ -75,7 +78,9 @@ from itertools import accumulate
 
 import msgspec
 from sessionwarden.domain.context.messages import (
+    NATIVE_COMPACTION,
     Message,
+    Opaque,
     Part,
     Role,
     Text,
@@ -141,6 +146,11 @@ def _never(_: Message) -> bool:
     return False
 
 
+def _natively_compacted(message: Message) -> bool:
+    return any(isinstance(part, Opaque) and part.kind == NATIVE_COMPACTION
+               for part in message.parts)
+
+
 def _blank(part: Part) -> bool:
     return isinstance(part, Text) and not part.text.strip()
 
@@ -203,6 +213,9 @@ def choose_cut(history: Sequence[Message], settings: BoundarySettings, estimate:
     while head_end < n and history[head_end].role == "system":
         head_end += 1
     head_end = min(n, head_end + max(0, settings.protect_first_n))
+    native = _newest(history, _natively_compacted)
+    if native is not None:
+        head_end = max(head_end, native + 1)
     while crossed[head_end]:
         head_end += 1
 

@@ -15,7 +15,9 @@ from sessionwarden.domain.context.boundaries import (
     repair,
 )
 from sessionwarden.domain.context.messages import (
+    NATIVE_COMPACTION,
     Message,
+    Opaque,
     Text,
     ToolResult,
     content_hash,
@@ -390,3 +392,19 @@ def test_a_given_pairing_cuts_as_the_one_computed(wire: list[dict[str, Any]],
     history = to_neutral(wire)
     assert choose_cut(history, rules, chars4, pairing=tool_pairs(history)) == choose_cut(
         history, rules, chars4)
+
+
+def test_a_native_compaction_and_all_before_it_stay_in_the_head() -> None:
+    # The provider's own summary stands for what precedes it: the daemon compacts after it.
+    block = Opaque(NATIVE_COMPACTION, b'{"type":"compaction","content":"earlier work"}', 12)
+    wire = [sys(), user("go"), asst("a" * 80), user("more"), asst("b" * 80)]
+    history = to_neutral(wire)
+    history.insert(3, Message("assistant", (block,)))
+    history += to_neutral([user("u" * 80), asst("c" * 80), user("now"), asst("ok")])
+    rules = BoundarySettings(protect_first_n=0, tail_budget_tokens=1, min_tail_messages=1)
+    cut = choose_cut(history, rules, chars4)
+    assert cut.head_end == 4  # through the compaction block
+    assert not cut.empty and cut.tail_start == 7  # the anchors, bridged back
+    # A compaction block in the newest messages leaves nothing to compress.
+    history.insert(8, Message("assistant", (block,)))
+    assert choose_cut(history, rules, chars4).empty
