@@ -1,11 +1,15 @@
 """Fake LLM provider used as the upstream in sessionwarden integration tests and benchmarks.
 
 Speaks the OpenAI chat-completions wire format (``POST /v1/chat/completions``, plain and
-SSE streaming, ``GET /v1/models``) and the Anthropic Messages format (``POST /v1/messages``),
-and serves an OpenRouter-style price listing (``GET /v1/pricing``, from the state).
-Responses are deterministic. Each request can steer the behaviour with a ``"fake"`` object in
-the JSON body or with ``x-fake-*`` headers (the header wins), e.g. ``x-fake-status: 429`` or
-``x-fake-delay-ms: 50``; see :class:`FakeOptions`. Every request is recorded in a
+SSE streaming, ``GET /v1/models``), the Anthropic Messages API (``POST /v1/messages`` and
+``/v1/messages/count_tokens``: :mod:`fake_anthropic`) and the OpenAI Responses API
+(``POST /v1/responses``, ``/v1/responses/compact``, ``GET /v1/responses/{id}``:
+:mod:`fake_responses`), and serves an OpenRouter-style price listing (``GET /v1/pricing``,
+from the state). Responses are deterministic; on the Messages and Responses routes a model
+named ``…agent-N…`` acts as a scripted tool-using agent (:mod:`fake_agent`). Each request
+can steer the behaviour with a ``"fake"`` object in the JSON body or with ``x-fake-*`` headers
+(the header wins), e.g. ``x-fake-status: 429`` or ``x-fake-delay-ms: 50``; see
+:class:`FakeOptions`. Every request is recorded in a
 :class:`FakeProviderState` so tests can assert what the proxy forwarded.
 
 Run in-process with :class:`FakeProviderServer`, or as a script for benchmarks::
@@ -22,6 +26,7 @@ import gzip
 import importlib.util
 import json
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -29,6 +34,7 @@ import zlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -85,6 +91,9 @@ class FakeOptions:
     # (known by its first user message) calls the first tool with {"path": tool_paths[k]};
     # then a text answer. Plain (not streamed) answers only.
     tool_paths: list[str] | None = None
+    # Messages/Responses only: the offered tool an ``agent`` model calls (default: the first).
+    tool_name: str | None = None
+    compaction: bool = False  # Messages only: the answer starts with a ``compaction`` block
 
     @classmethod
     def parse(cls, body: dict[str, Any], headers: dict[str, str],
@@ -149,6 +158,12 @@ class FakeProviderState:
     listing_chunked: bool = False
     #: Tool-calling answers given so far, by conversation (``FakeOptions.tool_paths``).
     rounds: Counter[str] = field(default_factory=Counter)
+    #: Prompt-prefix hashes seen (Messages/Responses): a later request sharing one reads
+    #: that prefix from the "cache".
+    prefixes: set[str] = field(default_factory=set)
+    #: Responses API: stored responses by id, each ``{"response": <object>, "history":
+    #: [<input and output items so far>]}`` (``previous_response_id`` continues one).
+    stored: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, request: RecordedRequest) -> None:
@@ -169,6 +184,23 @@ class FakeProviderState:
             self.rounds[conversation] += 1
             return self.rounds[conversation] - 1
 
+    def remember_prefixes(self, hashes: list[str]) -> list[bool]:
+        """Whether each prefix hash was seen before; all of them are seen from now on."""
+        with self._lock:
+            seen = [h in self.prefixes for h in hashes]
+            self.prefixes.update(hashes)
+            return seen
+
+    def store_response(self, response_id: str, entry: dict[str, Any]) -> None:
+        """Keep a Responses API answer (``{"response": ..., "history": [...]}``) by its id."""
+        with self._lock:
+            self.stored[response_id] = entry
+
+    def stored_response(self, response_id: str) -> dict[str, Any] | None:
+        """A stored Responses API answer's entry, or None."""
+        with self._lock:
+            return self.stored.get(response_id)
+
     def snapshot(self) -> list[RecordedRequest]:
         """Return a copy of the recorded requests."""
         with self._lock:
@@ -187,6 +219,8 @@ class FakeProviderState:
             self.counters.clear()
             self.by_model.clear()
             self.rounds.clear()
+            self.prefixes.clear()
+            self.stored.clear()
 
     def reset(self) -> None:
         """Back to a new state's: nothing recorded, nothing steered, no key answer or listing."""
@@ -258,10 +292,13 @@ def _escape_key(text: str, key: str, opts: FakeOptions) -> str:
 
 
 def _fails(state: FakeProviderState, opts: FakeOptions, headers: dict[str, str]) -> bool:
-    """Whether this request gets its error: always, or among its key's first ``fail_first``."""
+    """Whether this request gets its error: always, or among its key's first ``fail_first``.
+
+    The key is the ``Authorization`` header, else Anthropic's ``x-api-key``.
+    """
     if not opts.fail_first:
         return True
-    name = "failed " + headers.get("authorization", "")
+    name = "failed " + (headers.get("authorization") or headers.get("x-api-key", ""))
     state.count(name)
     return state.counters[name] <= opts.fail_first
 
@@ -270,7 +307,8 @@ def _error(opts: FakeOptions, headers: dict[str, str], anthropic: bool) -> JSONR
     status = int(opts.status or 500)
     message = opts.error_message or f"fake provider error {status}"
     if opts.echo_key:
-        message += f"; Incorrect API key provided: {headers.get('authorization', '')}"
+        key = headers.get("authorization") or headers.get("x-api-key", "")
+        message += f"; Incorrect API key provided: {key}"
     err_type, code = _ERROR_KINDS.get(status, ("server_error", f"http_{status}"))
     code = opts.error_code or code
     extra: dict[str, str] = {}
@@ -343,8 +381,8 @@ async def _prepare(
     body = body if isinstance(body, dict) else {}
     model = body.get("model")
     defaults = dict(state.by_model.get(model, {}) if isinstance(model, str) else {})
-    defaults.update(state.by_key.get(headers.get("authorization", "").removeprefix("Bearer "),
-                                     {}))
+    key = headers.get("authorization", "").removeprefix("Bearer ") or headers.get("x-api-key", "")
+    defaults.update(state.by_key.get(key, {}))
     opts = FakeOptions.parse(body, headers, defaults)
     if opts.delay_ms:
         await asyncio.sleep(opts.delay_ms / 1000)
@@ -438,48 +476,6 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
             rl["content-encoding"] = "gzip"
         return sse_response(events, opts, rl)
 
-    async def messages(request: Request) -> Response:
-        body, headers, opts = await _prepare(request, st)
-        if opts.status is not None and int(opts.status) >= 400:
-            st.count("errors")
-            return _error(opts, headers, anthropic=True)
-        prompt, cached, text = _token_counts(body)
-        out = len(text) // 4 + 1
-        usage = opts.pick_usage({
-            "input_tokens": prompt - cached, "output_tokens": out,
-            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0,
-        })
-        msg: dict[str, Any] = {
-            "id": "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant",
-            "model": body.get("model", "fake-model"), "content": [], "stop_reason": None,
-            "stop_sequence": None,
-        }
-        rl = _ratelimit_headers(st, prompt)
-        if not body.get("stream"):
-            msg.update(content=[{"type": "text", "text": text}], stop_reason="end_turn")
-            if usage is not None:
-                msg["usage"] = usage
-            return JSONResponse(msg, headers=rl)
-        st.count("streams")
-
-        def ev(kind: str, **data: Any) -> str:
-            return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
-
-        start, final = dict(msg), {}
-        if usage is not None and opts.usage == "custom":
-            start["usage"] = final["usage"] = usage
-        elif usage is not None:
-            start["usage"], final["usage"] = {**usage, "output_tokens": 1}, {"output_tokens": out}
-        events = [ev("message_start", message=start),
-                  ev("content_block_start", index=0, content_block={"type": "text", "text": ""})]
-        events += [ev("content_block_delta", index=0, delta={"type": "text_delta", "text": p})
-                   for p in _split(text, opts.stream_chunks)]
-        events += [ev("content_block_stop", index=0),
-                   ev("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None},
-                      **final),
-                   ev("message_stop")]
-        return sse_response(events, opts, rl)
-
     async def models(request: Request) -> Response:
         await _prepare(request, st)
         data = [{"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
@@ -505,11 +501,14 @@ def make_app(state: FakeProviderState | None = None) -> Starlette:
                 yield body[at:at + (1 << 20)]
         return StreamingResponse(chunks(), status_code=status, media_type="application/json")
 
+    from tests.support import fake_anthropic, fake_responses  # they import this module
+
     app = Starlette(routes=[
         Route("/v1/key", key, methods=["GET"]),
         Route("/v1/pricing", pricing, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/messages", messages, methods=["POST"]),
+        *fake_anthropic.routes(st, sse_response),
+        *fake_responses.routes(st, sse_response),
         Route("/v1/models", models, methods=["GET"]),
     ])
     app.state.closing = closing
@@ -652,4 +651,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    # Run as a script, this file's folder is on sys.path but not the repository's root,
+    # whence make_app imports the Messages and Responses modules (as tests.support.*).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     main()

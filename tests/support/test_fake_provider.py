@@ -133,8 +133,9 @@ def test_models_and_anthropic_messages(server: FakeProviderServer) -> None:
     body = {"model": "claude", "max_tokens": 10, "messages": MSGS[1:]}
     msg = httpx.post(base + "/messages", json=body).json()
     assert msg["type"] == "message" and msg["content"][0]["text"].startswith("ok: ")
-    assert set(msg["usage"]) == {
-        "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"
+    assert set(msg["usage"]) >= {
+        "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
+        "cache_creation",
     }
     streamed = httpx.post(base + "/messages", json={**body, "stream": True}).text
     kinds = [ln[7:] for ln in streamed.splitlines() if ln.startswith("event: ")]
@@ -163,6 +164,10 @@ def test_script_mode_starts_and_stops_on_sigterm() -> None:
         assert line.startswith("listening http://127.0.0.1:") and line.endswith("/v1")
         base = line.split(" ", 1)[1]
         assert httpx.get(base + "/models", timeout=5).status_code == 200
+        msg = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(base + "/messages", json=msg, timeout=5).json()["type"] == "message"
+        resp = httpx.post(base + "/responses", json={"model": "m", "input": "hi"}, timeout=5)
+        assert resp.json()["object"] == "response"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=5) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal
     finally:
