@@ -2,18 +2,25 @@
 
 Beside the actors, above the domain: it may import config, domain, events and the root
 modules, never actors or cmd. An adapter (the :class:`Adapter` protocol) knows one
-``api_mode``'s shapes both ways; :func:`adapter_for` finds it. Only ``chat_completions``
-exists today; ``anthropic_messages`` and ``codex_responses`` arrive with their issue, as
-``anthropic_messages.py`` and ``responses.py`` beside ``chat_completions.py``.
+``api_mode``'s shapes both ways; :func:`adapter_for` finds it: ``chat_completions``
+(``chat_completions.py``), ``anthropic_messages`` (``anthropic_messages.py``) and
+``codex_responses`` (``responses.py``). Each door of the proxy is served by the adapter of
+its format; translating between formats would be one more adapter pair, not a change here.
 """
 
 from sessionwarden.upstream.adapter import Adapter
+from sessionwarden.upstream.anthropic_messages import AnthropicMessages
 from sessionwarden.upstream.chat_completions import ChatCompletions
+from sessionwarden.upstream.responses import Responses
 
 __all__ = ["ADAPTERS", "Adapter", "adapter_for"]
 
 #: The adapters by ``api_mode`` (each an :class:`~sessionwarden.upstream.adapter.Adapter`).
-ADAPTERS: dict[str, Adapter] = {"chat_completions": ChatCompletions()}
+ADAPTERS: dict[str, Adapter] = {
+    "chat_completions": ChatCompletions(),
+    "anthropic_messages": AnthropicMessages(),
+    "codex_responses": Responses(),
+}
 
 
 def adapter_for(api_mode: str) -> Adapter | None:

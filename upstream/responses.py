@@ -19,8 +19,8 @@ Rules:
 * A stream always carries its usage (in its terminal event), so nothing is asked on the
   client's behalf. The terminal event (``response.completed``, ``response.incomplete``,
   ``response.failed``) and anything after it are held back until the call is recorded.
-* The session a client names: Codex sends its conversation id as a ``session_id`` header
-  (older versions a ``conversation_id`` one too) and as ``prompt_cache_key``.
+* The session a client names: Codex sends its conversation id as a ``session-id`` header
+  (older versions ``session_id``, ``conversation_id``) and as ``prompt_cache_key``.
 * Errors take OpenAI's shape; a stream ends on an ``error`` event shaped as the openai SDK's
   ``ResponseErrorEvent`` (``type``, ``code``, ``message``, ``param``, ``sequence_number``).
 * :func:`response_id` and :attr:`ResponsesStream.response_id` name the response an answer
@@ -54,7 +54,7 @@ _NOT_ITEMS = "'input' must be a string or a list"
 #: Counts a cap reads (chat_completions._INTEGER_FIELDS says why a non-integer is refused).
 _INTEGER_FIELDS = ("max_output_tokens",)
 #: The headers Codex names its conversation in, in the order they are trusted.
-_SESSION_HEADERS = ("session_id", "conversation_id")
+_SESSION_HEADERS = ("session-id", "session_id", "thread-id", "conversation_id")
 #: Where a response's ``output`` items hold generated text, by item type.
 _OUTPUT_KEYS = {"function_call": "arguments", "custom_tool_call": "input"}
 
@@ -246,8 +246,9 @@ class Responses:
                      ) -> str | None:
         """Codex's conversation id, from its headers or ``prompt_cache_key``; else None.
 
-        The ``session_id`` header, then ``conversation_id`` (older Codex versions), then
-        the ``prompt_cache_key`` field (Codex sets it to the same id).
+        The ``session-id`` header (Codex 0.171), ``session_id``, ``thread-id`` and
+        ``conversation_id`` (older versions), then the ``prompt_cache_key`` field (Codex
+        sets it to the same id).
         """
         for name in _SESSION_HEADERS:
             value = headers.get(name)

@@ -132,6 +132,11 @@ class DaemonApp:
             return
         headers = header_map(scope["headers"])
         path, method = scope["path"], scope["method"]
+        if path == "/" and method in ("HEAD", "GET"):
+            # Claude Code probes its base URL with ``HEAD /`` before its first call and
+            # gives up on an error; the answer tells nothing a Host-checked caller lacks.
+            await send_json(send, 200, {"ok": True})
+            return
         if path == "/healthz":
             await send_json(send, 200, {"ok": True, "version": __version__,
                                         "uptime_s": round(time.time() - self._started, 1)})
