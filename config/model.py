@@ -480,6 +480,9 @@ def find_model(config: Config, name: str, api_mode: str = "chat_completions"
 #: (variable, provider name, base URL, api mode, pricing URL) for the zero config.
 ZERO_CONFIG_PROVIDERS: tuple[tuple[str, str, str, str, str], ...] = (
     ("OPENAI_API_KEY", "openai", "https://api.openai.com/v1", "chat_completions", ""),
+    # The same key serves OpenAI's Responses API, which Codex and the Agents SDK speak:
+    # a provider of that format lets their bare model names reach it with no config file.
+    ("OPENAI_API_KEY", "openai-responses", "https://api.openai.com/v1", "codex_responses", ""),
     ("ANTHROPIC_API_KEY", "anthropic", "https://api.anthropic.com/v1", "anthropic_messages", ""),
     (
         "OPENROUTER_API_KEY",

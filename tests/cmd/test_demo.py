@@ -196,7 +196,8 @@ def test_the_demo_writes_to_the_log_db_names(tmp_path: Path) -> None:
     assert not (tmp_path / "xdg").exists()
     # the daemon ran with the user's environment: its key is in that log's pool, from the
     # zero config the demo wrote out (key references only) before its own model
-    assert query_db(db, "SELECT provider FROM view_credentials") == [("openai",)]
+    assert sorted(query_db(db, "SELECT provider FROM view_credentials")) == [
+        ("openai",), ("openai-responses",)]
     [scratch] = list((tmp_path / "tmp").iterdir())
     assert [p.name for p in scratch.iterdir()] == ["config.toml"]
     config = (scratch / "config.toml").read_text()

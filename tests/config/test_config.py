@@ -428,8 +428,9 @@ def test_zero_config_from_environment() -> None:
     config = load_config(None, environ)
     assert config == zero_config(environ)
     names = [p.name for p in config.providers]
-    assert names == ["openai", "openrouter"]
-    openai, openrouter = config.providers
+    assert names == ["openai", "openai-responses", "openrouter"]
+    openai, responses, openrouter = config.providers
+    assert responses.api_mode == "codex_responses" and responses.keys == openai.keys
     assert openai.base_url == "https://api.openai.com/v1"
     assert openai.api_mode == "chat_completions"
     assert openai.keys == ("env:OPENAI_API_KEY",)
