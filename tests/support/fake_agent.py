@@ -53,7 +53,8 @@ def pick_tool(tools: Any, name: str | None) -> dict[str, Any] | None:
 
 
 def _value(name: str, schema: Any) -> Any:
-    """A short value of ``schema``'s type (``command`` gets a harmless shell command)."""
+    """A short value of ``schema``'s type (``command``, and Codex's ``cmd``, get a harmless
+    shell command)."""
     if not isinstance(schema, dict):
         return "fake"
     if "const" in schema:
@@ -76,7 +77,7 @@ def _value(name: str, schema: Any) -> Any:
     simple = {"integer": 1, "number": 1, "boolean": False, "null": None}
     if kind in simple:
         return simple[kind]
-    return _COMMAND if name == "command" else "fake tool call" if name == "description" \
+    return _COMMAND if name in ("command", "cmd") else "fake tool call" if name == "description" \
         else "fake"
 
 
@@ -89,7 +90,7 @@ def tool_input(schema: Any) -> dict[str, Any]:
     props = props if isinstance(props, dict) else {}
     required = schema.get("required")
     names = [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
-    names += [n for n in ("command", "description") if n in props and n not in names]
+    names += [n for n in ("command", "cmd", "description") if n in props and n not in names]
     return {n: _value(n, props.get(n)) for n in names}
 
 
