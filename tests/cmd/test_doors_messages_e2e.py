@@ -1,0 +1,287 @@
+"""The Anthropic Messages door end to end: the official ``anthropic`` SDK as the client.
+
+An in-process daemon with a provider in ``anthropic_messages`` mode on the fake upstream
+(which speaks Messages and records every request it receives, raw bytes included). Each
+test asserts on what reached the upstream (the fake's recording), what the client got, and
+what the ledger holds — the daemon's view of the call is never taken on trust.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import httpx2
+import pytest
+from sessionwarden.cmd.cli.main import main
+
+from tests.cmd.daemon_fixtures import completions, ledger_rows
+from tests.cmd.inprocess import InProcessDaemon, start_made
+from tests.support.fake_provider import FakeProviderServer
+
+AGENT = "claude-agent-40"  # calls its tool while offered one, up to 40 rounds
+PLAIN = "claude-plain"
+ROUNDS = 24
+COMPACT_AT = 3
+WINDOW = 12000
+
+READ: Any = {"name": "Read", "description": "Read a file",
+             "input_schema": {"type": "object", "required": ["file_path"],
+                              "properties": {"file_path": {"type": "string"}}}}
+
+
+def extra(fake: FakeProviderServer, window: int = WINDOW) -> str:
+    """An ``anthropic_messages`` provider on the fake with two keys, and its models."""
+    return (
+        "[[providers]]\n"
+        'name = "ant"\n'
+        f'base_url = "{fake.base_url}"\n'
+        'api_mode = "anthropic_messages"\n'
+        'keys = ["env:FAKE_KEY_A", "env:FAKE_KEY_B"]\n'
+        'strategy = "fill_first"\n'
+        "[[models]]\n"
+        f'name = "{AGENT}"\n'
+        'provider = "ant"\n'
+        f"context_length = {window}\n"
+        "[[models]]\n"
+        f'name = "{PLAIN}"\n'
+        'provider = "ant"\n'
+        "context_length = 200000\n"
+        'price = { input = "3.00", output = "15.00", cache_read = "0.30", '
+        'cache_write = "3.75" }\n'
+    )
+
+
+def client(daemon: InProcessDaemon, **kwargs: Any) -> anthropic.Anthropic:
+    """An SDK client on the daemon (no retries: every failure is seen as it is)."""
+    return anthropic.Anthropic(base_url=f"http://127.0.0.1:{daemon.port}",
+                               api_key=daemon.token, max_retries=0, **kwargs)
+
+
+def forwarded(fake: FakeProviderServer, path: str = "/v1/messages") -> list[Any]:
+    """Every request the fake received on ``path``, oldest first."""
+    return [r for r in fake.state.snapshot() if r.path.split("?")[0] == path]
+
+
+# -- 1. a long tool-heavy session ---------------------------------------------------------
+
+def _pairing_ok(messages: list[dict[str, Any]]) -> None:
+    """Every tool_result answers a tool_use of the message before; every tool_use is answered."""
+    for i, msg in enumerate(messages):
+        blocks = msg["content"] if isinstance(msg["content"], list) else []
+        results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
+        if results:
+            prev = messages[i - 1]
+            assert prev["role"] == "assistant", f"tool_result at {i} without an assistant before"
+            uses = {b["id"] for b in prev["content"] if b.get("type") == "tool_use"}
+            assert set(results) == uses, f"tool_result ids at {i} do not answer {uses}"
+        if msg["role"] == "assistant":
+            uses = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+            if uses:
+                assert i + 1 < len(messages), "an unanswered tool_use at the end"
+                nxt = messages[i + 1]["content"]
+                answered = {b["tool_use_id"] for b in nxt if b.get("type") == "tool_result"}
+                assert answered == set(uses), f"tool_use at {i} unanswered"
+
+
+def test_a_long_tool_session_is_spilled_and_compressed_with_native_blocks_intact(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    fake.state.by_model[AGENT] = {"tool_name": "Read"}
+    files = []
+    for n in range(24):  # 20–40 KB of real text each
+        path = tmp_path / f"src_{n:02d}.py"
+        path.write_text("".join(f"line {i} of file {n}: " + "x" * 60 + "\n"
+                                for i in range((20_000 + 800 * n) // 80)))
+        files.append(path)
+    sent: list[bytes] = []  # the bytes the client sent, to compare with what was forwarded
+    hook = httpx2.Client(event_hooks={"request": [lambda r: sent.append(r.read())]})
+    history: list[dict[str, Any]] = [{"role": "user", "content": "read every file"}]
+    emitted: list[dict[str, Any]] = []  # thinking and compaction blocks the fake sent
+    rounds = 0
+    with client(daemon, http_client=hook, default_headers={"X-Session-Id": "long"}) as c:
+        while True:
+            extra_body = {"fake": {"compaction": True}} if rounds == COMPACT_AT else None
+            # After ROUNDS tool rounds the last call offers no tool, so the answer is text
+            # (the fake counts rounds in what it receives, which compression shortens).
+            tools = [READ] if rounds < ROUNDS else anthropic.omit
+            raw = c.messages.with_raw_response.create(
+                model=AGENT, max_tokens=2048, tools=tools,
+                thinking={"type": "enabled", "budget_tokens": 1024},
+                messages=history, extra_body=extra_body)
+            reply = raw.parse()
+            # the blocks as the answer's JSON has them (the SDK's models add null fields)
+            content = raw.http_response.json()["content"]
+            emitted += [dict(b) for b in content if b["type"] in ("thinking", "compaction")]
+            history.append({"role": "assistant", "content": content})
+            if reply.stop_reason != "tool_use":
+                break
+            results = []
+            for block in reply.content:
+                if block.type == "tool_use":
+                    # A real tool: read the next file from disk (the fake's input is scripted).
+                    text = files[rounds % len(files)].read_text()
+                    results.append({"type": "tool_result", "tool_use_id": block.id,
+                                    "content": text})
+            history.append({"role": "user", "content": results})
+            rounds += 1
+    assert rounds == 24 and reply.content[-1].type == "text"  # the SDK session finished
+    assert any(b["type"] == "compaction" for b in emitted)
+    assert all(b.get("signature") for b in emitted if b["type"] == "thinking")
+    calls = forwarded(fake)
+    assert len(calls) == 25 == len(sent)
+    compaction = next(b for b in emitted if b["type"] == "compaction")
+    spilled = compressed = 0
+    for req, mine in zip(calls, sent, strict=True):
+        body = json.loads(req.raw)
+        messages = body["messages"]
+        _pairing_ok(messages)
+        # the window holds (the fake counts about 4 characters a token, like the daemon)
+        assert len(req.raw) // 4 <= WINDOW * 1.1, len(req.raw)
+        spilled += mine.count(b'"tool_result"') > 0 and len(req.raw) < len(mine)
+        # every thinking block forwarded is one the fake sent, byte for byte (the client's
+        # serialisation of it appears in the forwarded bytes as it is)
+        for msg in messages:
+            if msg["role"] != "assistant":
+                continue
+            for block in msg["content"]:
+                if block["type"] in ("thinking", "compaction"):
+                    assert block in emitted
+                    text = json.dumps(block, separators=(",", ":")).encode()
+                    assert (text in req.raw) == (text in mine), block["type"]
+        # the newest assistant turn's thinking is there, untouched
+        last = next((m for m in reversed(messages) if m["role"] == "assistant"), None)
+        if last is not None:
+            theirs = json.loads(mine)["messages"]
+            newest = next(m for m in reversed(theirs) if m["role"] == "assistant")
+            assert [b for b in last["content"] if b["type"] == "thinking"] == [
+                b for b in newest["content"] if b["type"] == "thinking"]
+        # once the history carries the native compaction, it is forwarded byte for byte and
+        # nothing before it is cut by us (Anthropic already drops what precedes it)
+        where = [i for i, m in enumerate(json.loads(mine)["messages"])
+                 if m["role"] == "assistant" and compaction in m["content"]]
+        if where:
+            fwd = [i for i, m in enumerate(messages)
+                   if m["role"] == "assistant" and compaction in m["content"]]
+            assert fwd == where, "messages before the compaction block were cut"
+            compressed += len(messages) < len(json.loads(mine)["messages"])
+    assert spilled > 0, "no tool result was spilled"
+    assert "context.compressed.v2" in daemon.types("session-long")
+    assert compressed > 0, "the history was never compressed"
+
+
+def test_a_call_asking_for_native_compaction_is_not_compacted_by_us(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake, window=8000))
+    history: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    for n in range(12):
+        history += [{"role": "assistant", "content": [{"type": "text", "text": f"a{n} " * 300}]},
+                    {"role": "user", "content": f"u{n} " * 300}]
+    edits = {"edits": [{"type": "compact_20260112"}]}
+    with client(daemon) as c:
+        c.messages.create(model=AGENT, max_tokens=64, messages=history,
+                          extra_body={"context_management": edits},
+                          extra_headers={"X-Session-Id": "native"})
+    body = json.loads(fake.state.last.raw)
+    assert body["context_management"] == edits
+    assert body["messages"] == history  # every message as the client sent it
+
+
+# -- 2. streaming --------------------------------------------------------------------------
+
+def test_streaming_events_arrive_in_order_and_the_final_message_parses(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    with client(daemon) as c, c.messages.stream(
+            model=PLAIN, max_tokens=64, messages=[{"role": "user", "content": "stream me"}],
+            extra_headers={"X-Session-Id": "st"}) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    raw_kinds = [k for k in kinds if k not in ("text",)]  # the SDK adds its own "text"
+    assert raw_kinds[0] == "message_start" and raw_kinds[-1] == "message_stop"
+    assert raw_kinds[1] == "content_block_start" and "content_block_stop" in raw_kinds
+    assert raw_kinds[-2] == "message_delta"
+    assert final.content[0].type == "text" and final.content[0].text == "ok: stream me"
+    assert final.usage.output_tokens > 0
+    [row] = [r for r in ledger_rows(daemon.db).values() if r["session_id"] == "st"]
+    assert row["stream"] == 1 and row["output_tokens"] == final.usage.output_tokens
+
+
+def test_a_streamed_call_whose_client_leaves_still_has_its_ledger_row(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    body = {"model": PLAIN, "max_tokens": 64, "stream": True,
+            "messages": [{"role": "user", "content": "leave early"}],
+            "fake": {"stream_chunks": 40, "chunk_delay_ms": 30}}
+    with httpx.stream("POST", f"http://127.0.0.1:{daemon.port}/v1/messages", json=body,
+                      headers={"x-api-key": daemon.token, "X-Session-Id": "gone",
+                               "anthropic-version": "2023-06-01"}) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if line.startswith("event: content_block_delta"):
+                break  # the client disconnects mid-stream
+    import time
+    deadline = time.monotonic() + 10
+    while not [r for r in ledger_rows(daemon.db).values() if r["session_id"] == "gone"]:
+        assert time.monotonic() < deadline, "no ledger row for the abandoned stream"
+        time.sleep(0.05)
+    [row] = [r for r in ledger_rows(daemon.db).values() if r["session_id"] == "gone"]
+    assert row["stream"] == 1 and row["input_tokens"] > 0
+
+
+# -- 3. usage and cost ---------------------------------------------------------------------
+
+def test_usage_shows_the_calls_with_cache_writes_by_ttl_and_iterations(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    system: Any = [{"type": "text", "text": "rules " * 400,
+                    "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    prompt: Any = [{"type": "text", "text": "more " * 400,
+                    "cache_control": {"type": "ephemeral", "ttl": "5m"}}]
+    iterations = {"input_tokens": 30, "output_tokens": 12, "cache_read_input_tokens": 0,
+                  "cache_creation_input_tokens": 0,
+                  "server_tool_use": {"web_search_requests": 2},
+                  "iterations": [
+                      {"type": "compaction", "input_tokens": 900, "output_tokens": 200},
+                      {"type": "message", "input_tokens": 30, "output_tokens": 12}]}
+    with client(daemon, default_headers={"X-Session-Id": "bill"}) as c:
+        first = c.messages.create(model=PLAIN, max_tokens=64, system=system,
+                                  messages=[{"role": "user", "content": prompt}])
+        c.messages.create(model=PLAIN, max_tokens=64,
+                          messages=[{"role": "user", "content": "iterate"}],
+                          extra_body={"fake": {"usage": "custom", "usage_block": iterations}})
+    written = first.usage.cache_creation
+    assert written is not None and written.ephemeral_1h_input_tokens > 0
+    assert written.ephemeral_5m_input_tokens > 0
+    done = [c for c in completions(daemon.db) if c["session_id"] == "bill"]
+    assert len(done) == 2
+    assert done[0]["cache_write_tokens"] == first.usage.cache_creation_input_tokens > 0
+    # the iterations are kept as the provider reported them (the split by TTL shows in
+    # the cost below: 1-hour writes at twice the input price)
+    assert json.loads(done[1]["raw_usage"])["iterations"] == iterations["iterations"]
+    assert "iterations" in done[1]["flags"]
+    rows = [r for r in ledger_rows(daemon.db).values() if r["session_id"] == "bill"]
+    assert [r["cost_status"] for r in rows] == ["actual", "actual"]
+    # 5m writes at the cache_write price, 1h writes at twice the input price (Anthropic's)
+    h1, m5 = written.ephemeral_1h_input_tokens, written.ephemeral_5m_input_tokens
+    expected = (Decimal(first.usage.input_tokens) * Decimal("3.00")
+                + Decimal(m5) * Decimal("3.75") + Decimal(h1) * Decimal("6.00")
+                + Decimal(first.usage.output_tokens) * Decimal("15.00")) / 1_000_000
+    assert Decimal(str(rows[0]["cost"])) == expected
+    iterated = (Decimal(930) * Decimal("3.00") + Decimal(212) * Decimal("15.00")) / 1_000_000
+    assert Decimal(str(rows[1]["cost"])) == iterated
+    capsys.readouterr()
+    assert main(["usage", "--db", str(daemon.db), "--session", "bill", "--json"]) == 0
+    [group] = json.loads(capsys.readouterr().out)
+    assert group["requests"] == 2
+    assert Decimal(str(group["cost"])) == expected + iterated
