@@ -39,9 +39,10 @@ _INET = re.compile(r'connect\(\d+, \{sa_family=AF_INET6?,[^}]*\}')
 _ADDR = re.compile(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)"')
 
 
-def extra(fake: FakeProviderServer) -> str:
+def extra(fake: FakeProviderServer, head: str = "") -> str:
     """A Messages provider and a Responses provider on the fake, one agent model each."""
     return (
+        f"{head}\n"
         "[[providers]]\n"
         'name = "ant"\n'
         f'base_url = "{fake.base_url}"\n'
@@ -210,3 +211,39 @@ def test_codex_runs_exec_command_rounds_through_the_daemon(
     assert any(thread in json.dumps(r) for r in rows), (thread, rows)
     assert_local_only(trace)
 
+
+
+def test_claude_code_bash_output_over_the_limit_is_spilled(
+        daemon_factory: DaemonMaker, fake: FakeProviderServer, tmp_path: Path) -> None:
+    need(CLAUDE)
+    # ~29 KB of output a round (Claude Code keeps at most 30000 characters of it), over
+    # the daemon's 4000-character limit for one tool result
+    fake.state.by_model[CLAUDE_MODEL] = {"tool_name": "Bash", "tool_command": "seq 1 6000"}
+    daemon = daemon_factory(
+        extra_config=extra(fake, "[tools]\nresult_size_chars = 4000\n")).start()
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = clean_env() | {
+        "HOME": str(home), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{daemon.port}",
+        "ANTHROPIC_API_KEY": daemon.token, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    trace = tmp_path / "claude.strace"
+    result = run_traced([str(CLAUDE), "-p", TASK, "--output-format", "json",
+                         "--allowedTools", "Bash", "--model", CLAUDE_MODEL], env, work, trace)
+    assert result.returncode == 0, (result.stdout, result.stderr, daemon.stderr())
+    answer = json.loads(result.stdout)
+    assert answer["subtype"] == "success" and answer["num_turns"] == 4, answer
+    bodies = upstream_bodies(fake, "/v1/messages")
+    outputs = [block for message in bodies[-1]["messages"] if message["role"] == "user"
+               and isinstance(message["content"], list) for block in message["content"]
+               if block.get("type") == "tool_result"]
+    assert len(outputs) == 3, outputs
+    for block in outputs:  # a preview and the file's path went upstream, not the output
+        text = block["content"] if isinstance(block["content"], str) else \
+            json.dumps(block["content"])
+        assert "saved this tool result to a file" in text and len(text) < 4000, text[:500]
+        path = Path(re.search(r"Full output: (\S+)", text).group(1))  # type: ignore[union-attr]
+        assert path.read_text().startswith("1\n2\n3\n") and path.stat().st_size > 20000
+    assert_local_only(trace)

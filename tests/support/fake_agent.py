@@ -52,7 +52,7 @@ def pick_tool(tools: Any, name: str | None) -> dict[str, Any] | None:
     return (schemas or named)[0] if named else None
 
 
-def _value(name: str, schema: Any) -> Any:
+def _value(name: str, schema: Any, command: str = _COMMAND) -> Any:
     """A short value of ``schema``'s type (``command``, and Codex's ``cmd``, get a harmless
     shell command)."""
     if not isinstance(schema, dict):
@@ -73,17 +73,18 @@ def _value(name: str, schema: Any) -> Any:
         item = schema.get("items")
         return [_value(name, item)] if isinstance(item, dict) and item else []
     if kind == "object":
-        return tool_input(schema)
+        return tool_input(schema, command)
     simple = {"integer": 1, "number": 1, "boolean": False, "null": None}
     if kind in simple:
         return simple[kind]
-    return _COMMAND if name in ("command", "cmd") else "fake tool call" if name == "description" \
+    return command if name in ("command", "cmd") else "fake tool call" if name == "description" \
         else "fake"
 
 
-def tool_input(schema: Any) -> dict[str, Any]:
+def tool_input(schema: Any, command: str | None = None) -> dict[str, Any]:
     """Arguments for a tool with this JSON schema: required properties plus command and
-    description when the schema has them, each a short value of its type."""
+    description when the schema has them, each a short value of its type (a string
+    ``command`` or ``cmd``: ``command``, by default ``echo fake-tool-ran``)."""
     if not isinstance(schema, dict):
         return {}
     props = schema.get("properties")
@@ -91,7 +92,7 @@ def tool_input(schema: Any) -> dict[str, Any]:
     required = schema.get("required")
     names = [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
     names += [n for n in ("command", "cmd", "description") if n in props and n not in names]
-    return {n: _value(n, props.get(n)) for n in names}
+    return {n: _value(n, props.get(n), command or _COMMAND) for n in names}
 
 
 def size(obj: Any) -> int:

@@ -97,7 +97,8 @@ def _content(body: dict[str, Any], opts: FakeOptions) -> tuple[list[dict[str, An
     tool = pick_tool(body.get("tools"), opts.tool_name) if rounds is not None else None
     if tool is not None and rounds is not None and turns < rounds:
         blocks.append({"type": "tool_use", "id": new_id("toolu_"), "name": tool["name"],
-                       "input": tool_input(tool.get("input_schema"))})
+                       "input": tool_input(tool.get("input_schema"),
+                                                   opts.tool_command)})
         return blocks, "tool_use"
     text = opts.reply if opts.reply is not None else "ok: " + prompt[:40]
     blocks.append({"type": "text", "text": text})

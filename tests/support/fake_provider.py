@@ -93,6 +93,7 @@ class FakeOptions:
     tool_paths: list[str] | None = None
     # Messages/Responses only: the offered tool an ``agent`` model calls (default: the first).
     tool_name: str | None = None
+    tool_command: str | None = None  # the shell command an ``agent`` model's tool call runs
     compaction: bool = False  # Messages only: the answer starts with a ``compaction`` block
 
     @classmethod

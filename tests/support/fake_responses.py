@@ -91,7 +91,8 @@ def _output(body: dict[str, Any], opts: FakeOptions,
     if tool is not None and rounds is not None and calls < rounds:
         output.append({"type": "function_call", "id": new_id("fc_"),
                        "call_id": new_id("call_"), "name": tool["name"],
-                       "arguments": json.dumps(tool_input(tool.get("parameters"))),
+                       "arguments": json.dumps(
+                           tool_input(tool.get("parameters"), opts.tool_command)),
                        "status": "completed"})
         return output
     text = opts.reply if opts.reply is not None else "ok: " + prompt[:40]
