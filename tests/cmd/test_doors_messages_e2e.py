@@ -9,6 +9,7 @@ what the ledger holds — the daemon's view of the call is never taken on trust.
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,12 @@ import httpx
 import httpx2
 import pytest
 from sessionwarden.cmd.cli.main import main
+from sessionwarden.events import CODEC, KeyStateChanged
+from sessionwarden.redact import fingerprint
 
-from tests.cmd.daemon_fixtures import completions, ledger_rows
+from tests.cmd.daemon_fixtures import MODEL, completions, ledger_rows
 from tests.cmd.inprocess import InProcessDaemon, start_made
+from tests.support.fake_agent import api_key
 from tests.support.fake_provider import FakeProviderServer
 
 AGENT = "claude-agent-40"  # calls its tool while offered one, up to 40 rounds
@@ -228,7 +232,6 @@ def test_a_streamed_call_whose_client_leaves_still_has_its_ledger_row(
         for line in resp.iter_lines():
             if line.startswith("event: content_block_delta"):
                 break  # the client disconnects mid-stream
-    import time
     deadline = time.monotonic() + 10
     while not [r for r in ledger_rows(daemon.db).values() if r["session_id"] == "gone"]:
         assert time.monotonic() < deadline, "no ledger row for the abandoned stream"
@@ -285,3 +288,237 @@ def test_usage_shows_the_calls_with_cache_writes_by_ttl_and_iterations(
     [group] = json.loads(capsys.readouterr().out)
     assert group["requests"] == 2
     assert Decimal(str(group["cost"])) == expected + iterated
+
+
+# -- 4. key failover -----------------------------------------------------------------------
+
+def test_an_anthropic_429_fails_over_to_the_second_key(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    first = daemon.keys["FAKE_KEY_A"]
+    # Anthropic's 429: its own rate-limit headers say the request bucket is out until 14:00
+    fake.state.by_key[first] = {"status": 429, "headers": {
+        "retry-after": "7200", "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "2026-12-02T14:00:00Z"}}
+    with client(daemon, default_headers={"X-Session-Id": "fo"}) as c:
+        reply = c.messages.create(model=PLAIN, max_tokens=64,
+                                  messages=[{"role": "user", "content": "fail over"}])
+    assert reply.content[0].type == "text"
+    used = [api_key(r.headers) for r in forwarded(fake)]
+    assert used == [first, daemon.keys["FAKE_KEY_B"]]
+    a, b = fingerprint(first), fingerprint(daemon.keys["FAKE_KEY_B"])
+    [done] = [c for c in completions(daemon.db) if c["session_id"] == "fo"]
+    assert done["credential"] == b and done["status"] == 200
+    assert [(t.credential, t.status, t.error_class) for t in done["attempts"]] == [
+        (a, 429, "rate_limit")]
+    states = [CODEC.decode(e.type, e.data) for e in daemon.runtime.log.read_stream(
+        "credentials-ant")]
+    benched = [s for s in states if isinstance(s, KeyStateChanged)]
+    assert [(s.fingerprint, s.state) for s in benched] == [(a, "exhausted")]
+
+
+# -- 5. replay -----------------------------------------------------------------------------
+
+def test_replay_gives_the_bytes_the_upstream_received(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    with client(daemon, default_headers={"X-Session-Id": "rp"}) as c:
+        c.messages.create(model=PLAIN, max_tokens=64, system="Be exact.",
+                          thinking={"type": "enabled", "budget_tokens": 1024},
+                          messages=[{"role": "user", "content": "replay me"}])
+    raw = fake.state.last.raw
+    capsys.readouterr()
+    assert main(["replay", "--db", str(daemon.db), "--session", "rp", "--call", "1",
+                 "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["request"] == json.loads(raw)
+    assert raw.decode() in out  # spliced in as it was sent
+
+
+# -- 6. wire mismatch and errors in Anthropic's shape --------------------------------------
+
+def _anthropic_error(resp: httpx.Response, kind: str) -> str:
+    """The message of an Anthropic-shaped error body of type ``kind``."""
+    body = resp.json()
+    assert body["type"] == "error" and body["error"]["type"] == kind, body
+    return str(body["error"]["message"])
+
+
+def test_a_chat_completions_model_is_a_wire_mismatch_naming_both(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    resp = httpx.post(f"http://127.0.0.1:{daemon.port}/v1/messages",
+                      headers={"x-api-key": daemon.token, "anthropic-version": "2023-06-01"},
+                      json={"model": MODEL, "max_tokens": 8,
+                            "messages": [{"role": "user", "content": "hi"}]})
+    assert resp.status_code == 400
+    message = _anthropic_error(resp, "invalid_request_error")
+    assert "wire_mismatch" in resp.text
+    assert "anthropic_messages" in message and "chat_completions" in message
+    assert forwarded(fake) == []
+
+
+def test_refusals_and_upstream_errors_reach_the_sdk_in_anthropic_shape(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    hi: Any = [{"role": "user", "content": "hi"}]
+    with client(daemon) as c:
+        # a model no anthropic_messages provider serves: the daemon refuses it itself
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            c.messages.create(model=MODEL, max_tokens=8, messages=hi)
+        assert refused.value.body["type"] == "error"  # type: ignore[index]
+        assert "wire_mismatch" in str(refused.value.body)
+        with pytest.raises(anthropic.BadRequestError) as upstream:
+            c.messages.create(model=PLAIN, max_tokens=8, messages=hi, extra_body={
+                "fake": {"status": 400, "error_message": "prompt is too long: 1 > 0"}})
+        assert "prompt is too long" in str(upstream.value)
+        assert upstream.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    with anthropic.Anthropic(base_url=f"http://127.0.0.1:{daemon.port}", api_key="wrong",
+                             max_retries=0) as bad, pytest.raises(anthropic.AuthenticationError):
+        bad.messages.create(model=PLAIN, max_tokens=8, messages=hi)
+    resp = httpx.post(f"http://127.0.0.1:{daemon.port}/v1/messages",
+                      json={"model": PLAIN, "max_tokens": 8, "messages": hi})
+    assert resp.status_code == 401
+    _anthropic_error(resp, "authentication_error")
+
+
+def test_an_upstream_error_mid_stream_reaches_the_client_as_an_error_event(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    body = {"model": PLAIN, "max_tokens": 64, "stream": True,
+            "messages": [{"role": "user", "content": "break"}],
+            "fake": {"stream_error_at": 3}}
+    resp = httpx.post(f"http://127.0.0.1:{daemon.port}/v1/messages", json=body,
+                      headers={"x-api-key": daemon.token})
+    assert resp.status_code == 200
+    events = [e for e in resp.text.split("\n\n") if e.strip()]
+    assert events[0].startswith("event: message_start")
+    assert events[-1].startswith("event: error\ndata: ")
+    error = json.loads(events[-1].split("data: ", 1)[1])
+    assert error["type"] == "error" and error["error"]["type"]
+    with client(daemon) as c, pytest.raises(anthropic.APIStatusError), c.messages.stream(
+            model=PLAIN, max_tokens=64, messages=body["messages"],
+            extra_body={"fake": {"stream_error_at": 3}}) as stream:
+        for _ in stream:
+            pass
+
+
+# -- 7. auth -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["x-api-key", "bearer"])
+def test_the_daemon_token_is_taken_as_x_api_key_or_bearer(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer, how: str
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    token = {"api_key": daemon.token} if how == "x-api-key" else {"auth_token": daemon.token}
+    with anthropic.Anthropic(base_url=f"http://127.0.0.1:{daemon.port}", max_retries=0,
+                             **token) as c:  # type: ignore[arg-type]
+        reply = c.messages.create(model=PLAIN, max_tokens=8,
+                                  messages=[{"role": "user", "content": "auth"}])
+    assert reply.content[0].type == "text"
+    # the provider's key reaches the upstream as x-api-key, never the client's token
+    rec = fake.state.last
+    assert rec.headers["x-api-key"] == daemon.keys["FAKE_KEY_A"]
+    assert "authorization" not in rec.headers
+    assert daemon.token.encode() not in rec.raw
+
+
+# -- 8. headers and the query pass through --------------------------------------------------
+
+def test_version_beta_and_identity_headers_and_the_query_reach_the_upstream(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    mine = {"anthropic-version": "2023-06-01",
+            "anthropic-beta": "interleaved-thinking-2025-05-14,context-management-2025-06-27",
+            "user-agent": "claude-cli/2.1.197 (external, cli)",
+            "x-stainless-lang": "js", "x-stainless-package-version": "0.70.0",
+            "anthropic-dangerous-direct-browser-access": "true",
+            "x-app": "cli"}
+    resp = httpx.post(f"http://127.0.0.1:{daemon.port}/v1/messages?beta=true",
+                      headers={**mine, "x-api-key": daemon.token},
+                      json={"model": PLAIN, "max_tokens": 8,
+                            "messages": [{"role": "user", "content": "headers"}]})
+    assert resp.status_code == 200
+    rec = fake.state.last
+    assert {k: rec.headers.get(k) for k in mine} == mine
+    assert rec.query == "beta=true"
+    assert rec.headers["x-api-key"] == daemon.keys["FAKE_KEY_A"]
+    assert daemon.token not in json.dumps(rec.headers)
+
+
+# -- 9. count_tokens -----------------------------------------------------------------------
+
+def test_count_tokens_is_forwarded_and_metered_free(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    with client(daemon, default_headers={"X-Session-Id": "ct"}) as c:
+        counted = c.messages.count_tokens(model=PLAIN,
+                                          messages=[{"role": "user", "content": "count"}])
+    assert counted.input_tokens > 0
+    [rec] = forwarded(fake, "/v1/messages/count_tokens")
+    assert json.loads(rec.raw)["messages"] == [{"role": "user", "content": "count"}]
+    rows = [r for r in ledger_rows(daemon.db).values() if r["session_id"] == "ct"]
+    assert len(rows) == 1
+    # free: zero tokens and an exact zero cost (not unknown), marked as a token count
+    assert (rows[0]["input_tokens"], rows[0]["output_tokens"]) == (0, 0)
+    assert (Decimal(rows[0]["cost"]), rows[0]["cost_status"]) == (0, "actual")
+    [admitted] = [CODEC.decode(e.type, e.data) for e in daemon.runtime.log.read_stream(
+        "session-ct") if e.type.startswith("session.call_admitted")]
+    assert admitted.purpose == "count_tokens"  # type: ignore[attr-defined]
+
+
+# -- 10. session naming --------------------------------------------------------------------
+
+UUID = "0f1e2d3c-4b5a-6978-8695-a4b3c2d1e0f9"
+
+
+@pytest.mark.parametrize(("headers", "metadata", "expected"), [
+    ({"X-Session-Id": "mine", "X-Claude-Code-Session-Id": UUID}, {"user_id": "x"}, "mine"),
+    ({"X-Claude-Code-Session-Id": UUID}, {"user_id": json.dumps({"session_id": "other"})},
+     UUID),
+    ({}, {"user_id": json.dumps({"device_id": "d", "account_uuid": "a",
+                                 "session_id": UUID})}, UUID),
+    ({}, {"user_id": f"user_abc123_account_{UUID[::-1]}_session_{UUID}"}, UUID),
+    ({}, None, "auto-"),
+])
+def test_the_session_is_named_by_header_then_claude_code_s_identity_then_derived(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer,
+    headers: dict[str, str], metadata: Any, expected: str
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    with client(daemon) as c:
+        raw = c.messages.with_raw_response.create(
+            model=PLAIN, max_tokens=8, messages=[{"role": "user", "content": "name me"}],
+            metadata=metadata if metadata is not None else anthropic.omit,
+            extra_headers=headers)
+    named = raw.headers["x-sessionwarden-session-id"]
+    assert named.startswith("auto-") if expected == "auto-" else named == expected
+    assert [r["session_id"] for r in ledger_rows(daemon.db).values()] == [named]
+
+
+# -- 11. a system message in the middle ----------------------------------------------------
+
+def test_a_system_message_among_the_messages_is_forwarded_unchanged(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, extra(fake))
+    history: Any = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+        {"role": "system", "content": "<system-reminder>files changed</system-reminder>"},
+        {"role": "user", "content": [{"type": "text", "text": "second"}]}]
+    with client(daemon, default_headers={"X-Session-Id": "sys"}) as c:
+        reply = c.messages.create(model=PLAIN, max_tokens=8, system="top", messages=history)
+    assert reply.content[0].type == "text"
+    body = json.loads(fake.state.last.raw)
+    assert body["messages"] == history and body["system"] == "top"
+    assert [r["outcome"] for r in ledger_rows(daemon.db).values()] == ["ok"]

@@ -132,6 +132,7 @@ class RecordedRequest:
     headers: dict[str, str]  # lowercase keys
     body: Any  # parsed JSON body, or None
     raw: bytes = b""  # the body's bytes as received
+    query: str = ""  # the query string as received (Claude Code sends ``?beta=true``)
 
 
 @dataclass
@@ -378,7 +379,8 @@ async def _prepare(
         body = json.loads(raw) if raw else None
     except ValueError:
         body = None
-    state.record(RecordedRequest(request.method, request.url.path, headers, body, raw))
+    state.record(RecordedRequest(request.method, request.url.path, headers, body, raw,
+                                 request.url.query))
     body = body if isinstance(body, dict) else {}
     model = body.get("model")
     defaults = dict(state.by_model.get(model, {}) if isinstance(model, str) else {})
