@@ -90,7 +90,7 @@ Streams are folded into one block by :mod:`sessionwarden.domain.usage.stream`.
 """
 
 from collections.abc import Mapping
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from sessionwarden.config import API_MODES, ApiMode
@@ -116,6 +116,7 @@ __all__ = [
     "FLAG_ITERATIONS",
     "FLAG_PROMPT_PARTS_MISMATCH",
     "FLAG_REASONING_EXCEEDS_OUTPUT",
+    "FLAG_SERVER_TOOL_USE",
     "MAX_ITERATIONS",
     "MAX_REPORTED_COST",
     "MAX_TOKENS_PER_FIELD",
@@ -138,6 +139,10 @@ FLAG_INCOMPLETE = "incomplete"
 FLAG_CACHE_SPLIT_MISMATCH = "cache_split_mismatch"
 FLAG_PROMPT_PARTS_MISMATCH = "prompt_parts_mismatch"
 FLAG_ITERATIONS = "iterations"
+#: Anthropic reported server tool use (``usage.server_tool_use``: web searches and fetches,
+#: billed per request, not per token). No field holds those counts yet, so the flag keeps
+#: the provider's block as ``raw_usage`` in the log instead of dropping them.
+FLAG_SERVER_TOOL_USE = "server_tool_use"
 
 _Count = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -374,11 +379,22 @@ def _anthropic_shape(block: Block) -> CanonicalUsage | None:
     iterations = _iterations(block)
     if not reported and not iterations:
         return None
-    if not iterations:
+    flags = list(usage.flags)
+    if iterations:
+        flags.append(FLAG_ITERATIONS)
+    if _server_tool_use(block.get("server_tool_use")):
+        flags.append(FLAG_SERVER_TOOL_USE)
+    if not iterations and flags == list(usage.flags):
         return usage
-    return msgspec.structs.replace(
-        usage, iterations=iterations, flags=(*usage.flags, FLAG_ITERATIONS)
-    )
+    return msgspec.structs.replace(usage, iterations=iterations, flags=tuple(flags))
+
+
+def _server_tool_use(counts: Any) -> bool:
+    """Whether Anthropic's ``server_tool_use`` object counts any request (a positive int)."""
+    if not isinstance(counts, dict):
+        return False
+    return any(isinstance(v, int) and not isinstance(v, bool) and v > 0
+               for v in counts.values())
 
 
 def _relayed_anthropic(block: Block) -> bool:

@@ -272,7 +272,9 @@ def test_usage_shows_the_calls_with_cache_writes_by_ttl_and_iterations(
     # the iterations are kept as the provider reported them (the split by TTL shows in
     # the cost below: 1-hour writes at twice the input price)
     assert json.loads(done[1]["raw_usage"])["iterations"] == iterations["iterations"]
-    assert "iterations" in done[1]["flags"]
+    assert done[1]["flags"] == ("iterations", "server_tool_use")
+    # server tool use (billed per request) is kept with the call, not dropped
+    assert json.loads(done[1]["raw_usage"])["server_tool_use"] == {"web_search_requests": 2}
     rows = [r for r in ledger_rows(daemon.db).values() if r["session_id"] == "bill"]
     assert [r["cost_status"] for r in rows] == ["actual", "actual"]
     # 5m writes at the cache_write price, 1h writes at twice the input price (Anthropic's)
