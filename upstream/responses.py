@@ -22,7 +22,8 @@ Rules:
 * The session a client names: Codex sends its conversation id as a ``session-id`` header
   (older versions ``session_id``, ``conversation_id``) and as ``prompt_cache_key``.
 * Errors take OpenAI's shape; a stream ends on an ``error`` event shaped as the openai SDK's
-  ``ResponseErrorEvent`` (``type``, ``code``, ``message``, ``param``, ``sequence_number``).
+  ``ResponseErrorEvent`` (``type``, ``code``, ``message``, ``param``, ``sequence_number``)
+  with the nested ``error`` object the SDK raises on.
 * :func:`response_id` and :attr:`ResponsesStream.response_id` name the response an answer
   made, for following ``previous_response_id`` chains.
 """
@@ -264,8 +265,15 @@ class Responses:
                                   "code": code}})
 
     def sse_error(self, message: str, kind: str, code: str) -> bytes:
-        """The error as an ``event: error``, the openai SDK's ``ResponseErrorEvent``."""
-        del kind  # the event has no type of error, only a code
+        """The error as an ``event: error``, the SDK's ``ResponseErrorEvent`` and its error.
+
+        The event holds the ``ResponseErrorEvent`` fields plus the ``error`` object OpenAI's
+        stream errors carry. The nested object is what makes the SDK raise: its stream
+        reader raises :class:`openai.APIError` only on an event whose data has a truthy
+        ``error`` (a bare ``ResponseErrorEvent`` is yielded as an ordinary event and the
+        client reads a stream that just stops).
+        """
         data = {"type": "error", "code": code, "message": message, "param": None,
-                "sequence_number": 0}
+                "sequence_number": 0,
+                "error": {"type": kind, "code": code, "message": message, "param": None}}
         return b"event: error\ndata: " + _encode(data) + b"\n\n"

@@ -15,15 +15,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
-from sessionwarden.events import CODEC, CallCompleted, ContextCompressed, ToolResultSpilled
+from sessionwarden.cmd.cli.main import main
+from sessionwarden.events import (
+    CODEC,
+    CallAdmitted,
+    CallCompleted,
+    ContextCompressed,
+    ToolResultSpilled,
+)
 
 from tests.cmd.inprocess import InProcessDaemon
 from tests.support.clock import FakeClock
 from tests.support.fake_provider import FakeProviderServer, RecordedRequest
 
-#: A Responses provider, a 64K-window agent model on it that makes 30 tool rounds, and a
+#: A Responses provider, a 64K-window agent model on it that makes 20 tool rounds, and a
 #: roomy model for the short tests.
 RSP = """
 [[providers]]
@@ -43,6 +51,7 @@ max_output_tokens = 1000
 name = "rsp-model"
 provider = "rsp"
 context_length = 128000
+price = { input = "2.00", output = "8.00", cache_read = "0.20" }
 """
 WINDOW = 64000
 
@@ -62,7 +71,7 @@ def clock() -> FakeClock:
 def daemon(tmp_path: Path, fake: FakeProviderServer, clock: FakeClock
            ) -> Iterator[InProcessDaemon]:
     d = InProcessDaemon(tmp_path / "events.db", fake,
-                        extra_config=RSP.format(base=fake.base_url), clock=clock,
+                        extra_config=RSP.replace("{base}", fake.base_url), clock=clock,
                         max_body_bytes=16 << 20)
     try:
         yield d.start()
@@ -186,3 +195,124 @@ def test_a_long_codex_session_is_spilled_and_compressed_with_its_items_intact(
     assert any(isinstance(e, ToolResultSpilled) for e in events_of(daemon, "long"))
     done = [e for e in events_of(daemon, "long") if isinstance(e, CallCompleted)]
     assert len(done) == 21 and all(e.status == 200 for e in done)
+
+
+# ------------------------------------------------------------ streaming, usage, compact
+
+
+def test_a_streamed_call_its_usage_and_a_compact_side_call_are_metered(
+    daemon: InProcessDaemon, fake: FakeProviderServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two items: the fake caches a proper prefix of the prompt (the first item).
+    ask = {"model": "rsp-model", "input": [
+               {"type": "message", "role": "user", "content": "x" * 4000},
+               {"type": "message", "role": "user", "content": "stream me"}],
+           "reasoning": {"effort": "low"}, "store": False}
+    with client(daemon, "meter") as sdk:
+        sdk.responses.create(**ask)  # type: ignore[call-overload]
+        events = list(sdk.responses.create(stream=True, **ask))  # type: ignore[call-overload]
+        compacted = sdk.responses.compact(model="rsp-model", input=[
+            {"type": "message", "role": "user", "content": "first ask"},
+            {"type": "message", "role": "assistant", "content": "an answer"}])
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed" and "response.output_text.delta" in kinds
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.output_text.startswith("ok: stream me") and final.usage is not None
+    assert compacted.output[-1].type == "compaction" and compacted.usage.input_tokens > 0
+    assert forwarded(fake, "/v1/responses/compact")
+    found = events_of(daemon, "meter")
+    admitted = [e for e in found if isinstance(e, CallAdmitted)]
+    assert [e.purpose for e in admitted] == ["", "", "compact"]
+    done = [e for e in found if isinstance(e, CallCompleted)]
+    assert len(done) == 3 and all(e.status == 200 for e in done)
+    # The second call repeats the first's prompt: the fake reports it cached.
+    assert done[1].cache_read_tokens > 0 and done[1].reasoning_tokens > 0
+    assert done[1].input_tokens + done[1].cache_read_tokens == final.usage.input_tokens
+    assert done[1].output_tokens == final.usage.output_tokens
+    assert done[2].input_tokens == compacted.usage.input_tokens
+    assert all(e.cost is not None for e in done)
+    capsys.readouterr()
+    assert main(["usage", "--db", str(daemon.db), "--session", "meter", "--json"]) == 0
+    [group] = json.loads(capsys.readouterr().out)
+    assert group["requests"] == 3 and float(group["cost"]) > 0
+
+
+# ------------------------------------------------------------------------- errors
+
+
+def test_errors_keep_the_openai_shape(daemon: InProcessDaemon, fake: FakeProviderServer
+                                      ) -> None:
+    with client(daemon, "err") as sdk:
+        with pytest.raises(openai.BadRequestError) as bad:
+            sdk.responses.create(model="rsp-model", input="x",
+                                 extra_body={"fake": {"status": 400,
+                                                      "error_code": "invalid_value"}})
+        assert bad.value.code == "invalid_value"
+        with pytest.raises(openai.InternalServerError):
+            sdk.responses.create(model="rsp-model", input="x",
+                                 extra_body={"fake": {"status": 500}})
+    # A daemon refusal (a body that is not JSON), in OpenAI's error shape.
+    refused = httpx.post(f"http://127.0.0.1:{daemon.port}/v1/responses", content=b"{not json",
+                         headers={"authorization": f"Bearer {daemon.token}"})
+    assert refused.status_code == 400 and refused.json()["error"]["message"]
+    with client(daemon, "err") as sdk:
+        # A client naming a chat-completions model at the Responses door.
+        with pytest.raises(openai.BadRequestError) as mismatch:
+            sdk.responses.create(model="gpt-test", input="x")
+        assert mismatch.value.code == "wire_mismatch"
+        assert "gpt-test" in mismatch.value.message and "responses" in mismatch.value.message
+        # A stream the upstream fails: its response.failed event reaches the client.
+        failed = list(sdk.responses.create(model="rsp-model", input="x", stream=True,
+                                           extra_body={"fake": {"stream_error_at": 2}}))
+        assert [e.type for e in failed] == [
+            "response.created", "response.in_progress", "response.failed"]
+        # A stream the upstream breaks off: the daemon ends it with an ``error`` event,
+        # which the SDK raises on.
+        with pytest.raises(openai.APIError):
+            for _ in sdk.responses.create(model="rsp-model", input="x", stream=True,
+                                          extra_body={"fake": {"break_after_chunks": 2}}):
+                pass
+
+
+def test_a_429_fails_over_to_the_second_key_and_replay_gives_the_forwarded_bytes(
+    daemon: InProcessDaemon, fake: FakeProviderServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.state.by_key[daemon.keys["FAKE_KEY_A"]] = {"status": 429,
+                                                    "headers": {"retry-after": "7200"}}
+    with client(daemon, "fo") as sdk:
+        reply = sdk.responses.create(model="rsp-model", input="fail over")
+    assert reply.output_text == "ok: fail over"
+    sent = forwarded(fake)
+    assert [r.headers["authorization"] for r in sent] == [
+        "Bearer " + daemon.keys["FAKE_KEY_A"], "Bearer " + daemon.keys["FAKE_KEY_B"]]
+    [done] = [e for e in events_of(daemon, "fo") if isinstance(e, CallCompleted)]
+    assert [t.status for t in done.attempts] == [429] and done.status == 200
+    capsys.readouterr()
+    assert main(["replay", "--db", str(daemon.db), "--session", "fo", "--call", "1",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["request"] == json.loads(sent[-1].raw)
+
+
+# ------------------------------------------------------------------ session naming
+
+
+@pytest.mark.parametrize(("headers", "body", "expected"), [
+    ({"X-Session-Id": "named", "session-id": "codex"}, {}, "named"),
+    ({"session-id": "codex-sess", "thread-id": "t"}, {}, "codex-sess"),
+    ({"session_id": "underscored"}, {}, "underscored"),
+    ({"conversation_id": "conv"}, {}, "conv"),
+    ({}, {"prompt_cache_key": "pck"}, "pck"),
+    ({}, {}, "auto-"),
+])
+def test_the_session_is_named_by_header_then_client_identity_then_derived(
+    daemon: InProcessDaemon, headers: dict[str, str], body: dict[str, Any], expected: str
+) -> None:
+    answer = httpx.post(f"http://127.0.0.1:{daemon.port}/v1/responses",
+                        json={"model": "rsp-model", "input": "name me", **body},
+                        headers={"authorization": f"Bearer {daemon.token}", **headers})
+    assert answer.status_code == 200, answer.text
+    named = answer.headers["x-sessionwarden-session-id"]
+    assert named.startswith(expected) if expected == "auto-" else named == expected

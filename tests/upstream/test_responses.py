@@ -265,4 +265,7 @@ def test_a_stream_error_is_what_the_openai_sdk_reads_as_an_error_event() -> None
     parsed = ResponseErrorEvent.model_validate(sse.json())
     assert (parsed.type, parsed.code, parsed.message, parsed.param) == (
         "error", "budget_exceeded", "the budget is spent", None)
+    # the nested error is what the SDK's stream reader raises APIError on
+    assert sse.json()["error"] == {"type": "budget_error", "code": "budget_exceeded",
+                                   "message": "the budget is spent", "param": None}
     assert WIRE.stream_error(raw) == raw[len(b"event: error\ndata: "):-2]
