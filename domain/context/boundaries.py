@@ -68,6 +68,11 @@ message) after its assistant message and the results that follow it, so no provi
 ever sees an orphan. Hermes instead stripped the calls (§2.8 8b), which rewrites the
 assistant's message.
 
+**What the provider reads** (:func:`unread_tokens`): a provider drops everything before
+its own compaction (Anthropic ignores the blocks before a ``compaction`` block, a
+Responses ``compaction`` item replaces the items before it), so those tokens never count
+against the window: the trigger, the fit and the estimate a call records leave them out.
+
 Left to the wiring: ``tail_budget_tokens`` is ``int(trigger × [compression].target_ratio)``;
 pass ``protect_first_n = 0`` once the session has been compressed (Hermes #11996: early
 turns made immortal); ``is_summary`` recognises the summariser's own messages.
@@ -100,7 +105,9 @@ __all__ = [
     "choose_cut",
     "is_actionable_request",
     "is_assistant_text",
+    "natively_compacted",
     "repair",
+    "unread_tokens",
 ]
 
 #: The text of the stub result given to a tool call whose result is gone.
@@ -146,9 +153,32 @@ def _never(_: Message) -> bool:
     return False
 
 
-def _natively_compacted(message: Message) -> bool:
+def natively_compacted(message: Message) -> bool:
+    """Whether ``message`` holds a provider's own compaction."""
     return any(isinstance(part, Opaque) and part.kind == NATIVE_COMPACTION
                for part in message.parts)
+
+
+#: Every wire form of a provider's compaction names its type so; an item without these
+#: bytes is never read, which keeps the scan a byte search on most histories.
+_COMPACTION_MARK = b"compaction"
+
+
+def unread_tokens(items: Sequence[bytes], tokens: Sequence[int],
+                  read: Callable[[bytes], object]) -> int:
+    """The tokens of the items before the newest one holding a provider's compaction.
+
+    ``items`` are the forwarded items' bytes and ``tokens`` their estimates, in order;
+    ``read`` reads one item (a :class:`Message`, or anything else for an item that is
+    not one). 0 when no item holds a compaction (module doc: what the provider reads).
+    """
+    for index in range(len(items) - 1, -1, -1):
+        raw = items[index]
+        if _COMPACTION_MARK in raw:
+            message = read(raw)
+            if isinstance(message, Message) and natively_compacted(message):
+                return sum(tokens[:index])
+    return 0
 
 
 def _blank(part: Part) -> bool:
@@ -213,7 +243,7 @@ def choose_cut(history: Sequence[Message], settings: BoundarySettings, estimate:
     while head_end < n and history[head_end].role == "system":
         head_end += 1
     head_end = min(n, head_end + max(0, settings.protect_first_n))
-    native = _newest(history, _natively_compacted)
+    native = _newest(history, natively_compacted)
     if native is not None:
         head_end = max(head_end, native + 1)
     while crossed[head_end]:

@@ -13,6 +13,7 @@ from sessionwarden.domain.context.boundaries import (
     is_actionable_request,
     is_assistant_text,
     repair,
+    unread_tokens,
 )
 from sessionwarden.domain.context.messages import (
     NATIVE_COMPACTION,
@@ -408,3 +409,18 @@ def test_a_native_compaction_and_all_before_it_stay_in_the_head() -> None:
     # A compaction block in the newest messages leaves nothing to compress.
     history.insert(8, Message("assistant", (block,)))
     assert choose_cut(history, rules, chars4).empty
+
+
+def test_the_provider_reads_from_its_newest_compaction_on() -> None:
+    block = Opaque(NATIVE_COMPACTION, b'{"type":"compaction","content":"x"}', 1)
+    read = {b"plain": Message("user", (Text("plain"),)),
+            b"compaction": Message("assistant", (block,)),
+            b"says compaction": Message("user", (Text("says compaction"),))}
+    tokens = [10, 20, 30, 40, 50]
+    assert unread_tokens([b"plain"] * 5, tokens, read.__getitem__) == 0
+    items = [b"plain", b"compaction", b"plain", b"compaction", b"says compaction"]
+    # the newest compaction counts; a message that only names the word does not
+    assert unread_tokens(items, tokens, read.__getitem__) == 10 + 20 + 30
+    assert unread_tokens([b"compaction", b"plain"], [5, 6], read.__getitem__) == 0
+    assert unread_tokens([b"says compaction"], [5], read.__getitem__) == 0
+    assert unread_tokens([], [], read.__getitem__) == 0
