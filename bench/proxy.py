@@ -1,22 +1,33 @@
 """Proxy overhead benchmark: sessionwarden against a direct upstream and LiteLLM's proxy.
 
-Run ``.venv/bin/python bench/proxy.py [--quick] [--no-litellm]``. Three subprocesses share
-this 2-core machine with the client (this process):
+Run ``.venv/bin/python bench/proxy.py [--quick] [--no-litellm] [--formats chat,messages,…]``.
+Three subprocesses share this 2-core machine with the client (this process):
 
 * the fake upstream ``tests/support/fake_provider.py`` (uvicorn, uvloop + httptools);
-* ``sessionwarden daemon`` on a fresh temporary database, one provider ``fake`` with two
-  keys (round robin) and one model ``gpt-test``;
+* ``sessionwarden daemon`` on a fresh temporary database, three providers at the fake, one per
+  ``api_mode`` (``fake`` chat_completions, ``fake-anthropic`` anthropic_messages,
+  ``fake-responses`` codex_responses), each with two keys (round robin), and one model each
+  (``gpt-test``, ``claude-test``, ``resp-test``);
 * LiteLLM's proxy (``litellm --config … --num_workers 1``), one model ``fake-gpt`` →
-  ``openai/fake-gpt`` at the fake upstream, with ``LITELLM_LOCAL_MODEL_COST_MAP=True`` and
-  ``LITELLM_MASTER_KEY`` (the setup of perf-baselines.md §7). LiteLLM lives in its own venv,
-  ``bench/.litellm-venv`` (gitignored), created with ``pip install 'litellm[proxy]'`` on first
-  use; if that fails the run goes on without it.
+  ``openai/fake-gpt`` at the fake upstream (chat completions and /v1/responses) and
+  ``fake-claude`` → ``anthropic/fake-claude`` (/v1/messages), with
+  ``LITELLM_LOCAL_MODEL_COST_MAP=True`` and ``LITELLM_MASTER_KEY`` (the setup of
+  perf-baselines.md §7). LiteLLM lives in its own venv, ``bench/.litellm-venv`` (gitignored),
+  created with ``pip install 'litellm[proxy]'`` on first use; if that fails the run goes on
+  without it.
 
-The client is one ``httpx.AsyncClient`` per target (keep-alive). Cells are concurrency 1 and 16
-× plain and streaming (``"stream": true``, the whole SSE body read). Each round runs every cell
-for every mode in turn (direct, sessionwarden, litellm; the order rotates per round), 50 warm-up
-requests then N timed requests per cell. Per-round figures: added latency (proxy p50 − direct
-p50, p99 likewise) and throughput ratios; the medians over rounds are reported.
+The client is one ``httpx.AsyncClient`` per target (keep-alive). Formats (``--formats``,
+default all three): ``chat`` (POST /v1/chat/completions), ``messages`` (POST /v1/messages,
+``x-api-key``) and ``responses`` (POST /v1/responses, ``store: false``), each a small call
+(system prompt + one user line, 32 tokens max). Cells are concurrency 1 and 16 × plain and
+streaming (``"stream": true``, the whole SSE body read). Each round runs every cell for every
+format and mode in turn (direct, sessionwarden, litellm; the orders of formats and modes rotate
+per round), 50 warm-up requests then N timed requests per cell. Per-round figures: added
+latency (proxy p50 − direct p50, p99 likewise) and throughput ratios; the medians over rounds
+are reported, per format. Then each format against chat in the same round: added p50/p90 over
+chat's, the daemon's CPU per call over chat's, its req/s over chat's; medians of the per-round
+ratios, ``met``/``MISSED`` against 10 %. A format LiteLLM cannot serve against the fake (its
+smoke call fails) is named and left out for LiteLLM only.
 
 Then the daemon's memory and threads: RSS and thread count idle after start, after the runs
 and after 1,000 calls with distinct ``X-Session-Id``s, plus the peak thread count sampled
@@ -70,8 +81,41 @@ WARMUP = 50
 SESSIONS = 1000
 MODES = ("direct", "sessionwarden", "litellm")
 CELLS = ((1, False), (1, True), (16, False), (16, True))  # (concurrency, stream)
-MESSAGES = [{"role": "system", "content": "You are a terse assistant."},
-            {"role": "user", "content": "Say hello to the benchmark."}]
+SYSTEM = "You are a terse assistant."
+PROMPT = "Say hello to the benchmark."
+MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}]
+SW_CLAUDE = "claude-test"  # the daemon's model on the anthropic_messages provider
+SW_RESP = "resp-test"  # the daemon's model on the codex_responses provider
+LITELLM_CLAUDE = "fake-claude"  # LiteLLM's anthropic/ model at the fake
+
+
+@dataclass(frozen=True)
+class Format:
+    """One wire format: its path under /v1, request body and what a complete answer holds."""
+
+    name: str
+    path: str
+    plain_mark: bytes
+    stream_mark: bytes
+
+    def body(self, model: str, stream: bool) -> bytes:
+        if self.name == "messages":
+            obj: dict[str, Any] = {"model": model, "max_tokens": 32, "system": SYSTEM,
+                                   "messages": [{"role": "user", "content": PROMPT}]}
+        elif self.name == "responses":
+            obj = {"model": model, "instructions": SYSTEM, "input": PROMPT,
+                   "max_output_tokens": 32, "store": False}
+        else:
+            obj = {"model": model, "messages": MESSAGES, "max_tokens": 32}
+        return json.dumps(obj | {"stream": stream}).encode()
+
+
+FORMATS = {
+    "chat": Format("chat", "/chat/completions", b'"choices"', b"[DONE]"),
+    "messages": Format("messages", "/messages", b'"content"', b"message_stop"),
+    "responses": Format("responses", "/responses", b'"output"', b"response.completed"),
+}
+TARGET_RATIO = 1.10  # each format within 10 % of chat's figure in the same run
 
 
 def log(msg: str = "") -> None:
@@ -216,6 +260,26 @@ def start_daemon(workdir: Path, fake_url: str, procs: list[Proc], exe: Path = SW
         f'name = "{SW_MODEL}"\n'
         'provider = "fake"\n'
         "context_length = 128000\n"
+        "[[providers]]\n"
+        'name = "fake-anthropic"\n'
+        f'base_url = "{fake_url}"\n'
+        'api_mode = "anthropic_messages"\n'
+        'keys = ["env:BENCH_FAKE_KEY_A", "env:BENCH_FAKE_KEY_B"]\n'
+        'strategy = "round_robin"\n'
+        "[[models]]\n"
+        f'name = "{SW_CLAUDE}"\n'
+        'provider = "fake-anthropic"\n'
+        "context_length = 128000\n"
+        "[[providers]]\n"
+        'name = "fake-responses"\n'
+        f'base_url = "{fake_url}"\n'
+        'api_mode = "codex_responses"\n'
+        'keys = ["env:BENCH_FAKE_KEY_A", "env:BENCH_FAKE_KEY_B"]\n'
+        'strategy = "round_robin"\n'
+        "[[models]]\n"
+        f'name = "{SW_RESP}"\n'
+        'provider = "fake-responses"\n'
+        "context_length = 128000\n"
     )
     db = home / "db" / "events.db"
     db.parent.mkdir(exist_ok=reuse)
@@ -284,6 +348,11 @@ def start_litellm(exe: Path, workdir: Path, fake_url: str, procs: list[Proc]
         f"      model: openai/{LITELLM_MODEL}\n"
         f"      api_base: {fake_url}\n"
         "      api_key: sk-fake-upstream\n"
+        f"  - model_name: {LITELLM_CLAUDE}\n"
+        "    litellm_params:\n"
+        f"      model: anthropic/{LITELLM_CLAUDE}\n"
+        f"      api_base: {fake_url.removesuffix('/v1')}\n"
+        "      api_key: sk-fake-upstream\n"
     )
     port = free_port()
     env = base_env() | {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": MASTER_KEY}
@@ -302,10 +371,11 @@ def start_litellm(exe: Path, workdir: Path, fake_url: str, procs: list[Proc]
 @dataclass
 class Target:
     mode: str
-    url: str  # .../v1/chat/completions
+    url: str  # .../v1/chat/completions, /v1/messages or /v1/responses
     headers: dict[str, str]
     model: str
     proc: Proc | None
+    fmt: Format = FORMATS["chat"]
     client: httpx.AsyncClient = field(init=False)
 
     def __post_init__(self) -> None:
@@ -314,8 +384,7 @@ class Target:
                                         headers=self.headers)
 
     def body(self, stream: bool) -> bytes:
-        return json.dumps({"model": self.model, "messages": MESSAGES, "stream": stream,
-                           "max_tokens": 32}).encode()
+        return self.fmt.body(self.model, stream)
 
 
 @dataclass
@@ -351,14 +420,14 @@ async def one_call(t: Target, body: bytes, stream: bool,
             r = await t.client.post(t.url, content=body, headers=headers)
             if r.status_code != 200:
                 return str(r.status_code)
-            return "200" if b'"choices"' in r.content else "200-bad-body"
+            return "200" if t.fmt.plain_mark in r.content else "200-bad-body"
         async with t.client.stream("POST", t.url, content=body, headers=headers) as r:
             buf = bytearray()
             async for chunk in r.aiter_raw():
                 buf += chunk
             if r.status_code != 200:
                 return str(r.status_code)
-            return "200" if b"[DONE]" in buf else "200-no-done"
+            return "200" if t.fmt.stream_mark in buf else "200-no-done"
     except httpx.HTTPError as exc:
         return type(exc).__name__
 
@@ -494,6 +563,76 @@ def report(results: dict[tuple[int, int, bool, str], Cell], rounds: int, modes: 
     return key
 
 
+def format_ratios(results: dict[tuple[int, str, int, bool, str], Cell], rounds: int,
+                  fnames: list[str]) -> list[str]:
+    """Each format's sessionwarden figures over chat's in the same round; medians over rounds.
+
+    Added latency is the format's proxy p50 − its own direct p50 (the fake's cost per format
+    differs), over chat's; CPU is the daemon's CPU ms per call over chat's; throughput is the
+    daemon's req/s at c=16 over chat's (and, for reading, the same over direct's ratio).
+    Returns the verdict lines against the 10 % target.
+    """
+    base = "chat" if "chat" in fnames else fnames[0]
+    log(f"\n== each format / {base}, sessionwarden, medians of per-round ratios "
+        f"(target: within {TARGET_RATIO - 1:.0%}) ==")
+    log(f"{'format':<10} {'cell':<10} {'+p50 ms':>8} {base + ' +p50':>10} {'+p50 ×':>7} "
+        f"{'+p90 ms':>8} {'+p90 ×':>7} {'CPU ms':>7} {base + ' CPU':>9} {'CPU ×':>6} "
+        f"{'req/s ×':>8} {'(÷direct)':>9}  verdict")
+    verdicts: list[str] = []
+
+    def added(r: int, f: str, conc: int, stream: bool, q: float) -> float:
+        d = results.get((r, f, conc, stream, "direct"))
+        p = results.get((r, f, conc, stream, "sessionwarden"))
+        return p.pct(q) - d.pct(q) if d and p else math.nan
+
+    for fname in [f for f in fnames if f != base]:
+        for conc, stream in CELLS:
+            a50, a90, b50, r50, r90, cpu, bcpu, rcpu, rrps, rnorm = ([] for _ in range(10))
+            for r in range(rounds):
+                p = results.get((r, fname, conc, stream, "sessionwarden"))
+                b = results.get((r, base, conc, stream, "sessionwarden"))
+                d = results.get((r, fname, conc, stream, "direct"))
+                bd = results.get((r, base, conc, stream, "direct"))
+                if not (p and b and d and bd):
+                    continue
+                x50, y50 = added(r, fname, conc, stream, .5), added(r, base, conc, stream, .5)
+                x90, y90 = added(r, fname, conc, stream, .9), added(r, base, conc, stream, .9)
+                a50.append(x50)
+                b50.append(y50)
+                a90.append(x90)
+                r50.append(x50 / y50 if y50 > 0 else math.nan)
+                r90.append(x90 / y90 if y90 > 0 else math.nan)
+                cpu.append(p.cpu_s * 1e3 / p.n)
+                bcpu.append(b.cpu_s * 1e3 / b.n)
+                rcpu.append(p.cpu_s / b.cpu_s if b.cpu_s else math.nan)
+                rrps.append(p.rps / b.rps if b.rps else math.nan)
+                rnorm.append((p.rps / d.rps) / (b.rps / bd.rps) if b.rps and d.rps else math.nan)
+            if not a50:
+                continue
+            checks = [("CPU", med(rcpu) <= TARGET_RATIO)]
+            if conc == 1:
+                checks.append(("added p50", med(r50) <= TARGET_RATIO))
+            else:
+                checks.append(("req/s", med(rrps) >= 1 / TARGET_RATIO))
+            missed = [n for n, ok in checks if not ok]
+            verdict = "met" if not missed else "MISSED (" + ", ".join(missed) + ")"
+            cname = cell_name(conc, stream)
+            log(f"{fname:<10} {cname:<10} {fmt(med(a50)):>8} {fmt(med(b50)):>10} "
+                f"{fmt(med(r50)):>7} {fmt(med(a90)):>8} {fmt(med(r90)):>7} {fmt(med(cpu)):>7} "
+                f"{fmt(med(bcpu)):>9} {fmt(med(rcpu)):>6} {fmt(med(rrps)):>8} "
+                f"{fmt(med(rnorm)):>9}  {verdict}")
+            what = (f"+p50 {fmt(med(r50))}×" if conc == 1 else f"req/s {fmt(med(rrps))}×")
+            verdicts.append(f"{fname} / {base} at {cname.strip()}: {what}, CPU "
+                            f"{fmt(med(rcpu))}× — {verdict}")
+            if conc == 1:
+                log(f"{'':<21} per-round +p50 ×: " + ", ".join(fmt(x) for x in r50)
+                    + "; CPU ×: " + ", ".join(fmt(x) for x in rcpu))
+            else:
+                log(f"{'':<21} per-round req/s ×: " + ", ".join(fmt(x) for x in rrps)
+                    + "; CPU ×: " + ", ".join(fmt(x) for x in rcpu))
+    return verdicts
+
+
 # -- main ---------------------------------------------------------------------------------
 
 
@@ -542,43 +681,71 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
             log(f"litellm {litellm_version()} pid {lt.pid} at {lt_url}, ready in {lt_start:.1f} s;"
                 f" idle RSS " + ", ".join(f"pid {p} {r:.0f} MB/{th} thr" for p, r, th in lt_idle))
 
-    targets = {
-        "direct": Target("direct", fake_url + "/chat/completions",
-                         {"Authorization": "Bearer sk-direct"}, SW_MODEL, None),
-        "sessionwarden": Target("sessionwarden", sw_url + "/chat/completions",
-                                {"Authorization": f"Bearer {TOKEN}",
-                                 "X-Session-Id": "bench-main"}, SW_MODEL, sw),
-    }
-    if lt is not None:
-        targets["litellm"] = Target("litellm", lt_url + "/chat/completions",
-                                    {"Authorization": f"Bearer {MASTER_KEY}"}, LITELLM_MODEL, lt)
-    modes = [m for m in MODES if m in targets]
+    formats = [FORMATS[f] for f in args.formats]
+    ant = {"anthropic-version": "2023-06-01"}
+    all_targets: dict[tuple[str, str], Target] = {}
+    lt_missing: dict[str, str] = {}
+    for f in formats:
+        sw_model = {"messages": SW_CLAUDE, "responses": SW_RESP}.get(f.name, SW_MODEL)
+        direct_hdr = ({"x-api-key": "sk-direct"} | ant if f.name == "messages"
+                      else {"Authorization": "Bearer sk-direct"})
+        sw_auth = ({"x-api-key": TOKEN} | ant if f.name == "messages"
+                   else {"Authorization": f"Bearer {TOKEN}"})
+        all_targets[(f.name, "direct")] = Target("direct", fake_url + f.path, direct_hdr,
+                                                 sw_model, None, f)
+        all_targets[(f.name, "sessionwarden")] = Target(
+            "sessionwarden", sw_url + f.path, sw_auth | {"X-Session-Id": f"bench-{f.name}"},
+            sw_model, sw, f)
+        if lt is not None:
+            lt_model = LITELLM_CLAUDE if f.name == "messages" else LITELLM_MODEL
+            lt_hdr = {"Authorization": f"Bearer {MASTER_KEY}"} | (
+                ant if f.name == "messages" else {})
+            all_targets[(f.name, "litellm")] = Target("litellm", lt_url + f.path, lt_hdr,
+                                                      lt_model, lt, f)
 
-    # smoke check: one plain and one streaming call per target
-    for t in targets.values():
+    # smoke check: one plain and one streaming call per target; LiteLLM may not serve a format
+    sw_calls = 0
+    for (fname, mode), t in list(all_targets.items()):
         for stream in (False, True):
             status = await one_call(t, t.body(stream), stream)
-            if status != "200":
-                raise RuntimeError(f"smoke call to {t.mode} (stream={stream}) gave {status}")
-    sw_calls = 2
+            if mode == "sessionwarden":
+                sw_calls += 1
+            if status == "200":
+                continue
+            if mode == "litellm":
+                lt_missing[fname] = f"smoke call (stream={stream}) gave {status}"
+                await all_targets.pop((fname, mode)).client.aclose()
+                log(f"NOTE: LiteLLM does not serve {fname} against the fake here: "
+                    f"{lt_missing[fname]}; its {fname} cells are left out")
+                break
+            raise RuntimeError(f"smoke call to {mode} {fname} (stream={stream}) gave {status}")
+    targets = {m: t for (f, m), t in all_targets.items() if f == formats[0].name}
+    modes = [m for m in MODES if any(m == mm for _, mm in all_targets)]
 
-    results: dict[tuple[int, int, bool, str], Cell] = {}
+    results: dict[tuple[int, str, int, bool, str], Cell] = {}
+    fnames = [f.name for f in formats]
     try:
         with Sampler(sw) as sampler:
             for r in range(rounds):
                 order = modes[r % len(modes):] + modes[:r % len(modes)]
-                log(f"\n-- round {r + 1}/{rounds} (order {' '.join(order)}); {loadavg()}")
+                forder = fnames[r % len(fnames):] + fnames[:r % len(fnames)]
+                log(f"\n-- round {r + 1}/{rounds} (order {' '.join(order)}; formats "
+                    f"{' '.join(forder)}); {loadavg()}")
                 for conc, stream in CELLS:
-                    for mode in order:
-                        c = await run_cell(targets[mode], conc, stream, n)
-                        results[(r, conc, stream, mode)] = c
-                        if mode == "sessionwarden":
-                            sw_calls += WARMUP + n
-                        bad = {k: v for k, v in c.statuses.items() if k != "200"}
-                        cpu = f"{c.cpu_s * 1e3 / n:6.2f}" if mode != "direct" else "     –"
-                        log(f"  {cell_name(conc, stream)} {mode:<14} {c.rps:8.1f} req/s  "
-                            f"p50 {c.pct(.5):7.2f} ms  p99 {c.pct(.99):7.2f} ms  "
-                            f"proxy CPU {cpu} ms/req" + (f"  NON-200: {bad}" if bad else ""))
+                    for fname in forder:
+                        for mode in order:
+                            if (fname, mode) not in all_targets:
+                                continue
+                            c = await run_cell(all_targets[(fname, mode)], conc, stream, n)
+                            results[(r, fname, conc, stream, mode)] = c
+                            if mode == "sessionwarden":
+                                sw_calls += WARMUP + n
+                            bad = {k: v for k, v in c.statuses.items() if k != "200"}
+                            cpu = f"{c.cpu_s * 1e3 / n:6.2f}" if mode != "direct" else "     –"
+                            log(f"  {fname:<9} {cell_name(conc, stream)} {mode:<14} "
+                                f"{c.rps:8.1f} req/s  p50 {c.pct(.5):7.2f} ms  "
+                                f"p99 {c.pct(.99):7.2f} ms  proxy CPU {cpu} ms/req"
+                                + (f"  NON-200: {bad}" if bad else ""))
             log(f"\nruns done in {time.monotonic() - t_start:.0f} s since start; {loadavg()}")
             after_runs = mem_point(sw)
             lt_after = lt.rss_mb() if lt else []
@@ -593,10 +760,18 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
             settled = mem_point(sw)
             peak_threads, peak_rss = sampler.max_threads, sampler.max_rss
     finally:
-        for t in targets.values():
+        for t in all_targets.values():
             await t.client.aclose()
 
-    key = report(results, rounds, modes)
+    keys: dict[str, dict[str, Any]] = {}
+    for fname in fnames:
+        log(f"\n######## format {fname} ({FORMATS[fname].path}) ########")
+        if fname in lt_missing:
+            log(f"  LiteLLM: not served against the fake ({lt_missing[fname]})")
+        keys[fname] = report({(r, c, s, m): v for (r, f, c, s, m), v in results.items()
+                              if f == fname}, rounds, modes)
+    key = keys[fnames[0]]
+    format_verdicts = format_ratios(results, rounds, fnames) if len(fnames) > 1 else []
     sess_ok = statuses.get("200", 0)
     log(f"\n== {SESSIONS} distinct sessions (plain, c=16) ==\n"
         f"  {SESSIONS / wall:.1f} req/s, p50 {lat[len(lat) // 2] * 1e3:.2f} ms, "
@@ -646,11 +821,11 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
     log(f"  {loadavg()}; total {time.monotonic() - t_start:.0f} s; "
         f"{n} req/cell × {rounds} rounds; client, upstream and proxies share {os.cpu_count()} "
         "cores")
-    for conc, stream in CELLS:
+    for (fname, fkey), (conc, stream) in ((fk, c) for fk in keys.items() for c in CELLS):
         name = cell_name(conc, stream).strip()
-        d, s = key.get(f"direct {name}", {}), key.get(f"sessionwarden {name}", {})
-        li = key.get(f"litellm {name}", {})
-        log(f"  {name:<10} direct {d.get('rps', math.nan):7.1f}/s | sessionwarden "
+        d, s = fkey.get(f"direct {name}", {}), fkey.get(f"sessionwarden {name}", {})
+        li = fkey.get(f"litellm {name}", {})
+        log(f"  {fname:<9} {name:<10} direct {d.get('rps', math.nan):7.1f}/s | sessionwarden "
             f"{s.get('rps', math.nan):7.1f}/s +p50 {fmt(s.get('add_p50', math.nan))} ms "
             f"+p99 {fmt(s.get('add_p99', math.nan))} ms | litellm "
             f"{fmt(li.get('rps', math.nan), '.1f')}/s +p50 {fmt(li.get('add_p50', math.nan))} ms"
@@ -661,7 +836,7 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
         if per_round:
             log(f"  sw/litellm req/s per round at {name}: "
                 + ", ".join(f"{x:.2f}" for x in per_round))
-    log("  targets:")
+    log(f"  targets (first format, {fnames[0]}):")
     for stream in (False, True):
         name = cell_name(16, stream).strip()
         ratio = key.get(f"sessionwarden {name}", {}).get("vs_litellm", math.nan)
@@ -676,6 +851,8 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
         f"{'met' if after_sessions[0] <= 250 else 'MISSED'}")
     log(f"    daemon threads: idle {idle[1]}, after runs {after_runs[1]}, after sessions "
         f"{after_sessions[1]}, peak sampled {peak_threads}")
+    for line in format_verdicts:
+        log(f"    {line}")
     total_errors = sum(c.errors for c in results.values()) + SESSIONS - sess_ok
     log(f"    non-200 / failed calls in all runs: {total_errors}")
 
@@ -688,7 +865,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=0, help="override requests per cell")
     parser.add_argument("--rounds", type=int, default=0, help="override rounds (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--formats", default="chat,messages,responses",
+                        help="comma-separated wire formats to measure, of chat, messages, "
+                             "responses (default all three; ratios are to the first / chat)")
     args = parser.parse_args()
+    args.formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    unknown = [f for f in args.formats if f not in FORMATS]
+    if unknown or not args.formats:
+        parser.error(f"unknown format(s) {unknown}; choose from {', '.join(FORMATS)}")
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     workdir = Path(tempfile.mkdtemp(prefix="sw-bench-proxy-"))
