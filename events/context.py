@@ -78,7 +78,10 @@ class RequestRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     items; -1 for a stand-in: a spill's preview, a pruned form, a summary). ``covers``
     is how many client items the governed history stands for after this call, and
     ``replaced`` the digests (hex) of the client items it newly covers that no appended
-    item forwards unchanged (spilled, or summarised at once), in order.
+    item forwards unchanged (spilled, or summarised at once), in order. ``marked`` names
+    the appended items forwarded unchanged whose bytes carry a prompt-cache marker: their
+    content key is not the identity that recognises them (their bytes without markers,
+    ``domain.context.markers``), given here as (position in ``appended``, digest hex).
     """
 
     fields: ContentRef | None = None
@@ -93,6 +96,7 @@ class RequestRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     sources: tuple[int, ...] = ()
     covers: int = 0
     replaced: tuple[str, ...] = ()
+    marked: tuple[tuple[int, str], ...] = ()
 
 
 class ContextLimits(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -46,6 +46,7 @@ from sessionwarden.domain.context.history import (
     digest,
     recognise,
 )
+from sessionwarden.domain.context.markers import carry_markers, identity
 from sessionwarden.domain.context.messages import Message
 from sessionwarden.domain.context.spill import resolve_limits
 from sessionwarden.domain.context.spill_turns import (
@@ -127,7 +128,9 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
     items = conversation.items
     leading = _leading_system(codec, items)
     rest = items[leading:]
-    digests = [digest(raw) for raw in rest]
+    # Identities, not exact digests: a client moving its cache marker onto the newest
+    # message each round (Claude Code) still resends the same history.
+    digests = [identity(raw) for raw in rest]
     events: list[Event] = []
     history = state.context.history if state.context is not None else None
     if history is not None:
@@ -182,7 +185,8 @@ def _extend(settings: ContextSettings, state: SessionState, call: _Call,
     base = call.base
     first = len(base.client)
     new_items = tuple(
-        Item(digest(raw), len(raw), tokens_of(message), raw, -1) if raw is not None
+        Item(digest(raw), len(raw), tokens_of(message), raw, -1, origin=first + offset)
+        if raw is not None
         else Item(call.digests[first + offset], len(call.rest[first + offset]),
                   tokens_of(message), None, first + offset)
         for offset, (message, raw) in enumerate(governed)
@@ -233,7 +237,38 @@ def _rebuild_fields(history: GovernedHistory, kept: int, covered: int) -> dict[s
             "covers": len(history.client),
             "replaced": tuple(history.client[i].hex()
                               for i in range(covered, len(history.client))
-                              if i not in sourced)}
+                              if i not in sourced),
+            # A client item sent with a marker is stored under its exact bytes' key: the
+            # identity that recognises it is named too.
+            "marked": tuple((position, item.digest.hex()) for position, item in enumerate(added)
+                            if item.source >= 0 and item.key)}
+
+
+def _forward(history: GovernedHistory, rest: Sequence[bytes], kept: int
+             ) -> tuple[GovernedHistory, list[bytes], int]:
+    """The bytes to forward for each item, the history with their keys, and ``kept``.
+
+    A client item is forwarded as the client sends it now (its cache marker where the
+    client put it); a stand-in gets its client item's current marker, or none
+    (:func:`~sessionwarden.domain.context.markers.carry_markers`). An item whose bytes
+    differ from what was forwarded last (a marker moved) is no longer the base call's:
+    ``kept`` shrinks to it, so the record names exactly the bytes sent.
+    """
+    items = list(history.items)
+    sent: list[bytes] = []
+    for index, item in enumerate(items):
+        if item.raw is None:
+            data = rest[item.source]
+            key = digest(data) if b"cache_control" in data else item.digest
+        else:
+            client = rest[item.origin] if 0 <= item.origin < len(rest) else None
+            data = carry_markers(item.raw, client)
+            key = item.digest if data is item.raw else digest(data)
+        if key != (item.key or item.digest):
+            kept = min(kept, index)
+            items[index] = item._replace(key=b"" if key == item.digest else key)
+        sent.append(data)
+    return history._replace(items=tuple(items)), sent, kept
 
 
 def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, kept: int,
@@ -241,7 +276,7 @@ def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, ke
             ) -> StageResult:
     """The request to forward, and its record (CallAdmitted's) with its new contents."""
     request = call.request
-    sent = history.forwarded(call.rest)
+    history, sent, kept = _forward(history, call.rest, kept)
     fields = call.conversation.fields_bytes
     fields_ref = content_ref(fields)
     system_refs = call.system_refs
@@ -252,7 +287,8 @@ def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, ke
         items_key=call.conversation.codec.items_key,
         system=None if same_base and system_refs == history.system else system_refs,
         base=history.call_id if same_base else "", kept=kept,
-        appended=tuple((item.digest.hex(), item.size) for item in history.items[kept:]),
+        appended=tuple(((item.key or item.digest).hex(), len(data))
+                       for item, data in zip(history.items[kept:], sent[kept:], strict=True)),
         stored=settings.record_messages,
         **_rebuild_fields(history, kept, len(call.base.client)),
     )

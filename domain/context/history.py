@@ -41,12 +41,19 @@ class Item(NamedTuple):
     """One forwarded item (after the system items).
 
     Attributes:
-        digest: :func:`digest` of the bytes sent.
+        digest: for a stand-in, :func:`digest` of ``raw``; for a client item, its
+            identity (``domain.context.markers.identity``: its digest without cache
+            markers, which the client moves from round to round).
         size: their length.
         tokens: our estimate of its tokens.
         raw: the bytes sent when they are not the client's (a stand-in), else None.
         source: the client item it forwards unchanged (index among the client's
             non-system items), -1 for a stand-in.
+        key: the content key of the bytes last forwarded for it when it is not
+            ``digest`` (a client item sent with a cache marker, a stand-in given the
+            client's marker); empty otherwise.
+        origin: the client item a stand-in replaces (a spill's), whose cache marker it
+            takes when forwarded; -1 for none (a summary, or not known after a restart).
     """
 
     digest: bytes
@@ -54,6 +61,8 @@ class Item(NamedTuple):
     tokens: int
     raw: bytes | None = None
     source: int = -1
+    key: bytes = b""
+    origin: int = -1
 
 
 class GovernedHistory(NamedTuple):

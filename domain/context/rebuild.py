@@ -145,8 +145,13 @@ class HistoryFold:
         else:
             self._segments, self._size = [], 0
         covered = len(self.client)
-        sourced = {source: key for (key, _), source in zip(appended, record.sources,
-                                                          strict=True) if source >= covered}
+        # A client item forwarded with a cache marker is recognised by its identity (its
+        # bytes without markers), not by the content key it was stored under.
+        identities = dict(record.marked)
+        sourced = {source: identities.get(position, key)
+                   for position, ((key, _), source) in enumerate(zip(appended, record.sources,
+                                                                     strict=True))
+                   if source >= covered}
         replaced = iter(record.replaced)
         for index in range(covered, record.covers):
             key = sourced.get(index) or next(replaced, "")
@@ -213,17 +218,25 @@ class HistoryFold:
             if self.unstored:
                 return "record_messages was off: the stand-ins sent were not stored"
             return f"{len(missing)} content(s) it sent are missing from the log"
-        items = tuple(
-            Item(bytes.fromhex(slot.key), slot.size, slot.tokens,
-                 contents[slot.key] if slot.source < 0 else None, slot.source)
-            for slot in self.slots)  # built once: the few items the last history has
-        if any(item.source >= len(self.client) for item in items):
+        if any(slot.source >= len(self.client) for slot in self.slots):
             return "a recorded item forwards a message the history does not cover"
+        items = tuple(self._item(slot, contents) for slot in self.slots)
         summary = decode_summary(contents[self.state_key]) if self.compressed else None
         return GovernedHistory(
             client=tuple(self.client), items=items, call_id=self.call_id,
             tokens=sum(item.tokens for item in items), compressed=self.compressed,
             summary=summary, fields=self.fields, system=self.system)
+
+    def _item(self, slot: _Slot, contents: Mapping[str, bytes]) -> Item:
+        """One item of the history, as :meth:`result` rebuilds it."""
+        key = bytes.fromhex(slot.key)
+        if slot.source < 0:
+            # A stand-in's origin is not recorded: it is forwarded without a marker.
+            return Item(key, slot.size, slot.tokens, contents[slot.key], slot.source)
+        # A client item's digest is its identity; the key names the bytes sent last.
+        name = self.client[slot.source]
+        return Item(name, slot.size, slot.tokens, None, slot.source,
+                    key=b"" if key == name else key)
 
     def prepared_result(self, history: GovernedHistory, contents: Mapping[str, bytes]
                         ) -> PreparedCompression | None:

@@ -220,7 +220,8 @@ def mark_evicted(history: GovernedHistory, gone: Collection[str], codec: ItemCod
             continue
         replaced = msgspec.structs.replace(message, parts=tuple(parts))
         data = codec.write_item(replaced)
-        items[index] = Item(digest(data), len(data), tokens_of(replaced), data, -1)
+        items[index] = Item(digest(data), len(data), tokens_of(replaced), data, -1,
+                            origin=item.origin)  # it still stands for the same item
         tokens += items[index].tokens - item.tokens
         first = index if first is None else first
     if first is None:

@@ -258,10 +258,6 @@ def resets(daemon: Daemon) -> list[str]:
             if kind.startswith("context.history_reset")]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Claude Code moves its cache_control marker to the newest message each round, so the "
-    "message that had it no longer matches the governed history byte for byte: every call "
-    "is a history reset and a compression never carries over to the next call"))
 def test_claude_code_history_is_recognised_from_round_to_round(
         daemon_factory: DaemonMaker, fake: FakeProviderServer, tmp_path: Path) -> None:
     need(CLAUDE)
