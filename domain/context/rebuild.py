@@ -256,7 +256,16 @@ class HistoryFold:
             raw = contents.get(key) if source < 0 else None
             if source < 0 and raw is None:
                 return None
-            items.append(Item(bytes.fromhex(key), size, tokens, raw, source))
+            if source >= len(history.client):
+                return None
+            digest = bytes.fromhex(key)
+            if source >= 0 and digest != history.client[source]:
+                # A client item recorded with a cache marker: named by its identity, its
+                # content key kept as the bytes last sent (as :meth:`_item`).
+                items.append(Item(history.client[source], size, tokens, None, source,
+                                  key=digest))
+                continue
+            items.append(Item(digest, size, tokens, raw, source))
         compacted = GovernedHistory(
             client=history.client[:record.covers], items=tuple(items),
             tokens=sum(item.tokens for item in items),
