@@ -18,6 +18,8 @@ from typing import Any
 
 import anthropic
 import httpx2
+import pytest
+from sessionwarden.cmd.cli.main import main
 from sessionwarden.domain.context.markers import count_markers
 
 from tests.cmd.inprocess import InProcessDaemon, start_made
@@ -38,7 +40,8 @@ def marked(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_moving_cache_markers_keep_the_history_recognised_spilled_and_compressed(
-    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer,
+    capsys: pytest.CaptureFixture[str]
 ) -> None:
     daemon = start_made(made, tmp_path, fake, extra(fake, window=8000))
     fake.state.by_model[AGENT] = {"tool_name": "Read"}
@@ -99,6 +102,13 @@ def test_moving_cache_markers_keep_the_history_recognised_spilled_and_compressed
     # the restart (rebuilt from the log, summary and marked items included)
     assert len(shorter) >= 2 and shorter[0] < RESTART_AT - 1, shorter
     assert set(range(shorter[0], ROUNDS)) == set(shorter), shorter
+    # Replay gives every call's bytes as sent: a message whose marker moved was recorded
+    # again with its new bytes, not named by the base call's.
+    for n, req in enumerate(calls, start=1):
+        capsys.readouterr()
+        assert main(["replay", "--db", str(daemon.db), "--session", "markers",
+                     "--call", str(n), "--json"]) == 0
+        assert req.raw.decode() in capsys.readouterr().out, n
 
 
 def _without_marker(message: dict[str, Any]) -> dict[str, Any]:

@@ -95,3 +95,16 @@ def test_a_client_item_sent_with_a_marker_is_rebuilt_under_its_identity() -> Non
     assert rebuilt.client == (identity(marked),)
     [item] = rebuilt.items
     assert (item.digest, item.key) == (identity(marked), digest(marked))
+
+
+def test_chat_completions_parts_with_anthropic_markers_are_handled_alike() -> None:
+    # OpenRouter takes Anthropic's markers on chat-completions content parts.
+    plain = b'{"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"out"}]}'
+    marked = plain.replace(b'"out"}', b'"out","cache_control":{"type":"ephemeral"}}')
+    assert identity(marked) == identity(plain) == digest(plain)
+    stand_in = b'{"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"[s]"}]}'
+    assert count_markers(carry_markers(stand_in, marked)) == 1
+    assert carry_markers(stand_in, plain) is stand_in
+    # a string content has no block to carry it: none rather than one too many
+    text = b'{"role":"tool","tool_call_id":"c1","content":"[s]"}'
+    assert count_markers(carry_markers(text, marked)) == 0
