@@ -45,6 +45,7 @@ from sessionwarden.domain.admission.ahead import (
 )
 from sessionwarden.domain.admission.pipeline import Need, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.context.boundaries import unread_tokens
 from sessionwarden.domain.context.compression import (
     MIN_SAVING,
     Compaction,
@@ -121,10 +122,18 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
     guard = context.guard if context is not None else CompressionGuard()
     health = context.health if context is not None else SummariserHealth()
     cal = state.calibration.get(request.model)
-    figure = token_figure(cal or Calibration(), fixed + history.tokens)
+    # What precedes a provider's own compaction is dropped by the provider: counting it
+    # would compress, or refuse, a history whose read part fits (the head keeps it, so a
+    # compaction of ours leaves the same items unread).
+    unread = history.unread
+    if unread is None:  # once after a restart or a compression; else kept by the stage
+        unread = unread_tokens(history.forwarded(client_items),
+                               [item.tokens for item in history.items], codec.read_item)
+        history = history._replace(unread=unread)
+    figure = token_figure(cal or Calibration(), fixed + history.tokens - unread)
     requested = state.compaction
     update = ContextUpdate(history, guard, threshold, health, window, compression.enabled,
-                           last_at=now)
+                           last_at=now, unread=unread)
 
     def unchanged(extra: list[Event]) -> StageResult:
         """Forward ``history`` as it is, if it fits the window."""
@@ -148,7 +157,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
         compacted = apply_prepared(prepared, history)
         if compacted.tokens > history.tokens * MIN_SAVING:
             return None
-        after = fixed + compacted.tokens
+        after = fixed + compacted.tokens - unread
         tokens_after = calibrated(cal, after) if cal else after
         if tokens_after > fit.room:
             return None
@@ -198,7 +207,7 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
                 return fit.refuse(figure.tokens, [*events, *extra], compressed=False)
             return done(history, kept, [*events, *extra, *_skipped(request, requested, why)],
                         update._replace(health=health))
-        after = fixed + compaction.history.tokens
+        after = fixed + compaction.history.tokens - unread
         tokens_after = calibrated(cal, after) if cal else after
         costs = cache_costs(rates, tokens_after, figure.tokens - tokens_after)
         event = ContextCompressed(
@@ -224,8 +233,8 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
         health = lift_cooldown(health)
     target = summary_target(config, request.provider, request.model)
     if not available(health, now):
-        return _failed(config, request, prepared, codec, threshold, fixed, health, now,
-                       compressed, target, "cooling down after failures", events,
+        return _failed(config, request, prepared, codec, threshold, fixed - unread, health,
+                       now, compressed, target, "cooling down after failures", events,
                        tried=False)
     previous = history.summary
     previous_text = render(previous) if isinstance(previous, Summary) else (
@@ -249,8 +258,8 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
         # Cooling after another session's failures: not asked, so no failure of ours
         # (a cooldown counted again here would only lengthen the shared one).
         cooling = isinstance(result, SummaryResult) and result.cooling
-        return _failed(config, request, prepared, codec, threshold, fixed, health, now,
-                       compressed, target, reason or "no summary", events,
+        return _failed(config, request, prepared, codec, threshold, fixed - unread, health,
+                       now, compressed, target, reason or "no summary", events,
                        tried=not (over_cap or cooling), builtin_anyway=over_cap)
 
     return Need(work, resume)

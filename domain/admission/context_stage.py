@@ -37,6 +37,7 @@ from sessionwarden.domain.admission.ahead import PriceOf
 from sessionwarden.domain.admission.compression_stage import compress_step
 from sessionwarden.domain.admission.pipeline import Need, Proceed, Refuse, StageResult
 from sessionwarden.domain.calls import CallRequest
+from sessionwarden.domain.context.boundaries import natively_compacted
 from sessionwarden.domain.context.compression import summary_state, tokens_of
 from sessionwarden.domain.context.conversation import Conversation, ItemCodec
 from sessionwarden.domain.context.history import (
@@ -195,7 +196,8 @@ def _extend(settings: ContextSettings, state: SessionState, call: _Call,
         client=(*base.client, *call.digests[first:]), items=(*base.items, *new_items),
         call_id=base.call_id, tokens=base.tokens + sum(i.tokens for i in new_items),
         compressed=base.compressed, summary=base.summary, fields=base.fields,
-        system=base.system)
+        system=base.system,
+        unread=_unread(base, governed, new_items))
     system_tokens = _system_tokens(call)
     # What is not governed history: the fields (tool schemas, as JSON) and system items.
     fixed = estimate_tokens(0, len(call.conversation.fields_bytes)) + system_tokens
@@ -207,6 +209,22 @@ def _extend(settings: ContextSettings, state: SessionState, call: _Call,
     return compress_step(settings.config, state, call.request, call.rest, codec, history,
                          call.kept, [*call.events, *spill_events], fixed, now, done,
                          known=[message for message, _ in governed], price=settings.price)
+
+
+def _unread(base: GovernedHistory, governed: Sequence[tuple[Message, bytes | None]],
+            new_items: Sequence[Item]) -> int | None:
+    """``unread`` after appending: a provider's compaction among the new items moves it.
+
+    Only the new items are looked at (already read), so a long history costs nothing
+    here; an unknown base stays unknown for the compression step to scan once.
+    """
+    unread = base.unread if base.items else 0
+    tokens = base.tokens
+    for (message, _), item in zip(governed, new_items, strict=True):
+        if natively_compacted(message):
+            unread = tokens
+        tokens += item.tokens
+    return unread
 
 
 def _system_tokens(call: _Call) -> int:
@@ -312,7 +330,8 @@ def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, ke
     history = history._replace(call_id=request.call_id, fields=fields_ref, system=system_refs,
                                system_tokens=system_tokens)
     update = update._replace(history=history)
-    shape = msgspec.structs.replace(request.shape, prompt_tokens=fixed + history.tokens,
+    shape = msgspec.structs.replace(request.shape,
+                                    prompt_tokens=fixed + history.tokens - update.unread,
                                     message_count=len(call.system) + len(sent))
     governed = msgspec.structs.replace(
         request, shape=shape, body=call.conversation.with_items([*call.system, *sent]),

@@ -91,6 +91,10 @@ class GovernedHistory(NamedTuple):
     fields: tuple[str, int] | None = None
     system: tuple[tuple[str, int], ...] | None = None
     system_tokens: int = 0
+    #: The tokens of the items before the newest one holding a provider's own compaction
+    #: (the provider drops them: ``domain.context.boundaries.unread_tokens``); None when
+    #: not known yet (rebuilt after a restart, or just compressed): found by one scan.
+    unread: int | None = None
 
     def forwarded(self, client_items: Sequence[bytes]) -> list[bytes]:
         """The bytes of each item, the unchanged ones taken from ``client_items``."""
@@ -150,3 +154,6 @@ class ContextUpdate(NamedTuple):
     #: PrepareWork``), started by the proxy once the admission is durable; never kept in
     #: the session's state (it holds the request's items).
     prepare: object = None
+    #: The tokens of the items before a provider's own compaction, which the provider
+    #: drops (``domain.context.boundaries.unread_tokens``): not in the call's estimate.
+    unread: int = 0

@@ -19,7 +19,7 @@ import httpx
 import httpx2
 import pytest
 from sessionwarden.cmd.cli.main import main
-from sessionwarden.events import CODEC, KeyStateChanged
+from sessionwarden.events import CODEC, CallAdmitted, ContextCompressed, KeyStateChanged
 from sessionwarden.redact import fingerprint
 
 from tests.cmd.daemon_fixtures import MODEL, completions, ledger_rows
@@ -195,6 +195,34 @@ def test_a_call_asking_for_native_compaction_is_not_compacted_by_us(
     body = json.loads(fake.state.last.raw)
     assert body["context_management"] == edits
     assert body["messages"] == history  # every message as the client sent it
+
+
+def test_what_precedes_a_native_compaction_is_not_counted_against_the_window(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    # Anthropic drops every block before a compaction block: a history whose part before
+    # it is alone over the window fits, and is forwarded as sent — neither refused nor
+    # compressed by us (the old estimate counted it all and refused this call).
+    daemon = start_made(made, tmp_path, fake, extra(fake, window=8000))
+    history: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    for n in range(20):  # ~12,000 tokens: over the 8,000 window on their own
+        history += [{"role": "assistant", "content": [{"type": "text", "text": f"a{n} " * 400}]},
+                    {"role": "user", "content": f"u{n} " * 400}]
+    compaction = {"type": "compaction", "content": "The user asked for a tidy repo; done."}
+    history += [{"role": "assistant", "content": [compaction]},
+                {"role": "user", "content": "What next?"}]
+    with client(daemon) as c:
+        reply = c.messages.create(model=AGENT, max_tokens=64, messages=history,
+                                  extra_headers={"X-Session-Id": "after-native"})
+    assert reply.content
+    body = json.loads(fake.state.last.raw)
+    assert body["messages"] == history
+    events = [CODEC.decode(e.type, e.data)
+              for e in daemon.runtime.log.read_stream("session-after-native")]
+    assert not [e for e in events if isinstance(e, ContextCompressed)]
+    [admitted] = [e for e in events if isinstance(e, CallAdmitted)]
+    # the compaction, the question, the fields: not the 12,000 before them
+    assert admitted.estimated_tokens < 2000
 
 
 # -- 2. streaming --------------------------------------------------------------------------

@@ -122,4 +122,6 @@ def test_a_stream_cut_off_is_not_done() -> None:
 
 def test_adapters_by_api_mode() -> None:
     assert isinstance(adapter_for("chat_completions"), ChatCompletions)
-    assert adapter_for("anthropic_messages") is None
+    assert adapter_for("anthropic_messages").api_mode == "anthropic_messages"  # type: ignore[union-attr]
+    assert adapter_for("codex_responses").api_mode == "codex_responses"  # type: ignore[union-attr]
+    assert adapter_for("bedrock") is None
