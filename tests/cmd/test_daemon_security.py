@@ -396,8 +396,9 @@ def test_wrong_method_is_405(
 
 
 @pytest.mark.parametrize("path", [
-    "/", "/v1", "/v1/", "/v1/nope", "/v1/chat/completions/extra", "/v1/completions",
-    "/v1/chat/completions/", "/V1/MODELS", "/v1/messages", "/%2e%2e/etc/passwd",
+    "/v1", "/v1/", "/v1/nope", "/v1/chat/completions/extra", "/v1/completions",
+    "/v1/chat/completions/", "/V1/MODELS", "/v1/messages/", "/v1/message",
+    "/%2e%2e/etc/passwd",
 ])
 @pytest.mark.parametrize("method", ["GET", "POST"])
 def test_unknown_path_is_404(
@@ -472,4 +473,16 @@ def test_a_compressed_request_body_is_415(daemon: Daemon, fake: FakeProviderServ
                          headers={"Content-Encoding": "gzip",
                                   "Content-Type": "application/json"})
     assert assert_error(resp, 415)["error"]["code"] == "unsupported_encoding"
+    assert_nothing_forwarded(fake)
+
+
+def test_the_root_answers_a_probe_and_nothing_more(daemon: Daemon, fake: FakeProviderServer
+                                                   ) -> None:
+    # Claude Code sends HEAD / before its first call; the answer says only "ok".
+    with daemon.http() as http:
+        head, get = http.head("/"), http.get("/")
+        post = http.post("/", json=chat_body())
+    assert head.status_code == 200 and get.status_code == 200
+    assert get.json() == {"ok": True}
+    assert_error(post, 404)
     assert_nothing_forwarded(fake)
