@@ -47,7 +47,7 @@ from sessionwarden.domain.context.history import (
     digest,
     recognise,
 )
-from sessionwarden.domain.context.markers import carry_markers, identity
+from sessionwarden.domain.context.markers import carry_markers, identities
 from sessionwarden.domain.context.messages import Message
 from sessionwarden.domain.context.spill import resolve_limits
 from sessionwarden.domain.context.spill_turns import (
@@ -104,6 +104,8 @@ class _Call(NamedTuple):
     system: list[bytes]
     rest: Sequence[bytes]
     digests: list[bytes]
+    #: Positions in ``rest`` of the items that may carry a cache marker.
+    marked: frozenset[int]
     base: GovernedHistory
     kept: int
     events: list[Event]
@@ -131,7 +133,7 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
     rest = items[leading:]
     # Identities, not exact digests: a client moving its cache marker onto the newest
     # message each round (Claude Code) still resends the same history.
-    digests = [identity(raw) for raw in rest]
+    digests, with_marker = identities(rest)
     events: list[Event] = []
     history = state.context.history if state.context is not None else None
     if history is not None:
@@ -160,7 +162,7 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
                           events=tuple(events))
         messages.append(read)
     system = list(items[:leading])
-    call = _Call(request, conversation, system, rest, digests, base, kept, events,
+    call = _Call(request, conversation, system, rest, digests, with_marker, base, kept, events,
                  tuple(content_ref(raw) for raw in system))
     model = settings.config.model_for(request.provider, request.model)
     limits = resolve_limits(settings.config.tools, model.context_length if model else None)
@@ -262,24 +264,27 @@ def _rebuild_fields(history: GovernedHistory, kept: int, covered: int) -> dict[s
                             if item.source >= 0 and item.key)}
 
 
-def _forward(history: GovernedHistory, rest: Sequence[bytes], kept: int
-             ) -> tuple[GovernedHistory, list[bytes], int]:
+def _forward(history: GovernedHistory, rest: Sequence[bytes], marked: frozenset[int],
+             kept: int) -> tuple[GovernedHistory, list[bytes], int]:
     """The bytes to forward for each item, the history with their keys, and ``kept``.
 
     A client item is forwarded as the client sends it now (its cache marker where the
     client put it); a stand-in gets its client item's current marker, or none
     (:func:`~sessionwarden.domain.context.markers.carry_markers`). An item whose bytes
     differ from what was forwarded last (a marker moved) is no longer the base call's:
-    ``kept`` shrinks to it, so the record names exactly the bytes sent.
+    ``kept`` shrinks to it, so the record names exactly the bytes sent. ``marked``: the
+    positions of the client items that may hold a marker (found when they were digested),
+    so no item's bytes are searched twice in one call.
     """
     items = list(history.items)
     sent: list[bytes] = []
     for index, item in enumerate(items):
         if item.raw is None:
             data = rest[item.source]
-            key = digest(data) if b"cache_control" in data else item.digest
+            key = digest(data) if item.source in marked else item.digest
         else:
-            client = rest[item.origin] if 0 <= item.origin < len(rest) else None
+            # A spilled item's client version is large: only a marked one is read again.
+            client = rest[item.origin] if item.origin in marked else None
             data = carry_markers(item.raw, client)
             key = item.digest if data is item.raw else digest(data)
         if key != (item.key or item.digest):
@@ -294,7 +299,7 @@ def _record(settings: ContextSettings, call: _Call, history: GovernedHistory, ke
             ) -> StageResult:
     """The request to forward, and its record (CallAdmitted's) with its new contents."""
     request = call.request
-    history, sent, kept = _forward(history, call.rest, kept)
+    history, sent, kept = _forward(history, call.rest, call.marked, kept)
     fields = call.conversation.fields_bytes
     fields_ref = content_ref(fields)
     system_refs = call.system_refs

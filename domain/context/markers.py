@@ -12,12 +12,14 @@ markers either (Anthropic refuses more than 4 per request): :func:`carry_markers
 stand-in the marker its client item carries *now*, and none otherwise.
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 from sessionwarden.domain.context.history import digest
 
-__all__ = ["MARKER_KEY", "carry_markers", "count_markers", "identity", "without_markers"]
+__all__ = ["MARKER_KEY", "carry_markers", "count_markers", "identities", "identity",
+           "without_markers"]
 
 #: The key of a prompt-cache marker, in Anthropic's format and OpenRouter's content parts.
 MARKER_KEY = "cache_control"
@@ -35,6 +37,23 @@ def identity(raw: bytes) -> bytes:
     if _NEEDLE not in raw:
         return digest(raw)
     return digest(without_markers(raw))
+
+
+def identities(items: Sequence[bytes]) -> tuple[list[bytes], frozenset[int]]:
+    """Each item's :func:`identity`, and the positions of the items that hold the word.
+
+    One pass over a call's items: the positions tell the forwarding step which items may
+    carry a marker, so it need not search every item's bytes again.
+    """
+    digests: list[bytes] = []
+    marked: set[int] = set()
+    for position, raw in enumerate(items):
+        if _NEEDLE in raw:
+            marked.add(position)
+            digests.append(digest(without_markers(raw)))
+        else:
+            digests.append(digest(raw))
+    return digests, frozenset(marked)
 
 
 def without_markers(raw: bytes) -> bytes:

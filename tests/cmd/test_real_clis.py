@@ -120,15 +120,18 @@ def upstream_bodies(fake: FakeProviderServer, path: str) -> list[Any]:
     return [r.body for r in fake.state.snapshot() if r.path == path]
 
 
-def test_claude_code_runs_bash_rounds_through_the_daemon(
-        daemon_factory: DaemonMaker, fake: FakeProviderServer, tmp_path: Path) -> None:
-    need(CLAUDE)
-    # Claude Code would pick its first tool (Task/Agent); the shell is what is tested.
-    fake.state.by_model[CLAUDE_MODEL] = {"tool_name": "Bash"}
-    daemon = daemon_factory(extra_config=extra(fake)).start()
+def workdirs(tmp_path: Path) -> tuple[Path, Path]:
+    """A fresh HOME and working directory for one CLI run."""
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
+    return home, work
+
+
+def run_claude(daemon: Daemon, tmp_path: Path
+               ) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``claude -p TASK`` at the daemon, headless and traced; its result and strace log."""
+    home, work = workdirs(tmp_path)
     env = clean_env() | {
         "HOME": str(home), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{daemon.port}",
         "ANTHROPIC_API_KEY": daemon.token, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -138,15 +141,45 @@ def test_claude_code_runs_bash_rounds_through_the_daemon(
     result = run_traced([str(CLAUDE), "-p", TASK, "--output-format", "json",
                          "--allowedTools", "Bash", "--model", CLAUDE_MODEL], env, work, trace)
     assert result.returncode == 0, (result.stdout, result.stderr, daemon.stderr())
+    return result, trace
+
+
+def run_codex(daemon: Daemon, tmp_path: Path
+              ) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``codex exec TASK`` at the daemon, stdin closed and traced; its result and log."""
+    home, work = workdirs(tmp_path)
+    env = clean_env() | {
+        "HOME": str(home), "CODEX_HOME": str(codex_home(tmp_path / "codex", daemon)),
+        "SW_KEY": daemon.token,
+    }
+    trace = tmp_path / "codex.strace"
+    result = run_traced([str(CODEX), "exec", "--skip-git-repo-check", "--json", TASK],
+                        env, work, trace)
+    assert result.returncode == 0, (result.stdout, result.stderr, daemon.stderr())
+    return result, trace
+
+
+def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``tool_result`` blocks of a Messages body's user messages."""
+    return [block for message in body["messages"] if message["role"] == "user"
+            and isinstance(message["content"], list) for block in message["content"]
+            if block.get("type") == "tool_result"]
+
+
+def test_claude_code_runs_bash_rounds_through_the_daemon(
+        daemon_factory: DaemonMaker, fake: FakeProviderServer, tmp_path: Path) -> None:
+    need(CLAUDE)
+    # Claude Code would pick its first tool (Task/Agent); the shell is what is tested.
+    fake.state.by_model[CLAUDE_MODEL] = {"tool_name": "Bash"}
+    daemon = daemon_factory(extra_config=extra(fake)).start()
+    result, trace = run_claude(daemon, tmp_path)
     answer = json.loads(result.stdout)
     assert answer["subtype"] == "success" and answer["is_error"] is False, answer
     assert answer["num_turns"] == 4, answer
 
     bodies = upstream_bodies(fake, "/v1/messages")
     assert len(bodies) == 4, [b.get("model") for b in bodies]
-    outputs = [block for message in bodies[-1]["messages"] if message["role"] == "user"
-               and isinstance(message["content"], list) for block in message["content"]
-               if block.get("type") == "tool_result"]
+    outputs = tool_results(bodies[-1])
     assert len(outputs) == 3, outputs
     for block in outputs:  # the command's output, not its text: Bash really ran it
         text = json.dumps(block["content"])
@@ -184,17 +217,7 @@ def test_codex_runs_exec_command_rounds_through_the_daemon(
     need(CODEX)
     fake.state.by_model[CODEX_MODEL] = {"tool_name": "exec_command"}
     daemon = daemon_factory(extra_config=extra(fake)).start()
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    env = clean_env() | {
-        "HOME": str(home), "CODEX_HOME": str(codex_home(tmp_path / "codex", daemon)),
-        "SW_KEY": daemon.token,
-    }
-    trace = tmp_path / "codex.strace"
-    result = run_traced([str(CODEX), "exec", "--skip-git-repo-check", "--json", TASK],
-                        env, work, trace)
-    assert result.returncode == 0, (result.stdout, result.stderr, daemon.stderr())
+    result, trace = run_codex(daemon, tmp_path)
     events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     kinds = [e.get("type") for e in events]
     assert "turn.completed" in kinds, (kinds, result.stderr)
@@ -223,24 +246,11 @@ def test_claude_code_bash_output_over_the_limit_is_spilled(
     fake.state.by_model[CLAUDE_MODEL] = {"tool_name": "Bash", "tool_command": "seq 1 6000"}
     daemon = daemon_factory(
         extra_config=extra(fake, "[tools]\nresult_size_chars = 4000\n")).start()
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    env = clean_env() | {
-        "HOME": str(home), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{daemon.port}",
-        "ANTHROPIC_API_KEY": daemon.token, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_AUTOUPDATER": "1",
-    }
-    trace = tmp_path / "claude.strace"
-    result = run_traced([str(CLAUDE), "-p", TASK, "--output-format", "json",
-                         "--allowedTools", "Bash", "--model", CLAUDE_MODEL], env, work, trace)
-    assert result.returncode == 0, (result.stdout, result.stderr, daemon.stderr())
+    result, trace = run_claude(daemon, tmp_path)
     answer = json.loads(result.stdout)
     assert answer["subtype"] == "success" and answer["num_turns"] == 4, answer
     bodies = upstream_bodies(fake, "/v1/messages")
-    outputs = [block for message in bodies[-1]["messages"] if message["role"] == "user"
-               and isinstance(message["content"], list) for block in message["content"]
-               if block.get("type") == "tool_result"]
+    outputs = tool_results(bodies[-1])
     assert len(outputs) == 3, outputs
     for block in outputs:  # a preview and the file's path went upstream, not the output
         text = block["content"] if isinstance(block["content"], str) else \
@@ -263,18 +273,7 @@ def test_claude_code_history_is_recognised_from_round_to_round(
     need(CLAUDE)
     fake.state.by_model[CLAUDE_MODEL] = {"tool_name": "Bash"}
     daemon = daemon_factory(extra_config=extra(fake)).start()
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    env = clean_env() | {
-        "HOME": str(home), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{daemon.port}",
-        "ANTHROPIC_API_KEY": daemon.token, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_AUTOUPDATER": "1",
-    }
-    result = run_traced([str(CLAUDE), "-p", TASK, "--output-format", "json",
-                         "--allowedTools", "Bash", "--model", CLAUDE_MODEL], env, work,
-                        tmp_path / "claude.strace")
-    assert result.returncode == 0, (result.stdout, result.stderr, daemon.stderr())
+    run_claude(daemon, tmp_path)
     assert resets(daemon) == [], resets(daemon)
 
 
@@ -283,14 +282,5 @@ def test_codex_history_is_recognised_from_round_to_round(
     need(CODEX)
     fake.state.by_model[CODEX_MODEL] = {"tool_name": "exec_command"}
     daemon = daemon_factory(extra_config=extra(fake)).start()
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    env = clean_env() | {
-        "HOME": str(home), "CODEX_HOME": str(codex_home(tmp_path / "codex", daemon)),
-        "SW_KEY": daemon.token,
-    }
-    result = run_traced([str(CODEX), "exec", "--skip-git-repo-check", "--json", TASK],
-                        env, work, tmp_path / "codex.strace")
-    assert result.returncode == 0, (result.stdout, result.stderr, daemon.stderr())
+    run_codex(daemon, tmp_path)
     assert resets(daemon) == [], resets(daemon)

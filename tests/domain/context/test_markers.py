@@ -8,6 +8,7 @@ from sessionwarden.domain.context.history import GovernedHistory, digest
 from sessionwarden.domain.context.markers import (
     carry_markers,
     count_markers,
+    identities,
     identity,
     without_markers,
 )
@@ -108,3 +109,14 @@ def test_chat_completions_parts_with_anthropic_markers_are_handled_alike() -> No
     # a string content has no block to carry it: none rather than one too many
     text = b'{"role":"tool","tool_call_id":"c1","content":"[s]"}'
     assert count_markers(carry_markers(text, marked)) == 0
+
+
+def test_identities_name_each_item_and_the_ones_that_may_hold_a_marker() -> None:
+    plain = b'{"role":"user","content":"hi"}'
+    marked = (b'{"role":"user","content":[{"type":"text","text":"hi",'
+              b'"cache_control":{"type":"ephemeral"}}]}')
+    unmarked = b'{"role":"user","content":[{"type":"text","text":"hi"}]}'
+    digests, positions = identities([plain, marked, unmarked])
+    assert digests == [identity(plain), identity(marked), identity(unmarked)]
+    assert digests[1] == digests[2]  # the marker moved off: the same item
+    assert positions == frozenset({1})
