@@ -379,14 +379,13 @@ def _anthropic_shape(block: Block) -> CanonicalUsage | None:
     iterations = _iterations(block)
     if not reported and not iterations:
         return None
-    flags = list(usage.flags)
-    if iterations:
-        flags.append(FLAG_ITERATIONS)
+    added: tuple[str, ...] = (FLAG_ITERATIONS,) if iterations else ()
     if _server_tool_use(block.get("server_tool_use")):
-        flags.append(FLAG_SERVER_TOOL_USE)
-    if not iterations and flags == list(usage.flags):
+        added += (FLAG_SERVER_TOOL_USE,)
+    if not added:
         return usage
-    return msgspec.structs.replace(usage, iterations=iterations, flags=tuple(flags))
+    return msgspec.structs.replace(usage, iterations=iterations,
+                                   flags=(*usage.flags, *added))
 
 
 def _server_tool_use(counts: Any) -> bool:
