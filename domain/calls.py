@@ -80,9 +80,13 @@ class CallRequest(msgspec.Struct, frozen=True):
     refers to, ``(key, bytes)``, stored in the same append.
 
     ``parent_session`` is the session named by ``X-Session-Parent`` (recorded in
-    SessionStarted, the session's first call only). ``budget`` is the UsageLedgerActor's
-    answer before the pipeline runs: a ``domain.cost.caps.Reservation`` (held), a
-    ``domain.cost.caps.Refusal`` (the ``budgets`` stage refuses it), or None (no ledger).
+    SessionStarted, the session's first call only). ``continues`` is the stored response
+    the request continues (a Responses ``previous_response_id``; "" for a whole history),
+    and ``carried_tokens`` what the provider holds of that chain for it, as the log knows
+    (``views.responses``; 0 when unknown): counted in the estimate, never governed.
+    ``budget`` is the UsageLedgerActor's answer before the pipeline runs: a
+    ``domain.cost.caps.Reservation`` (held), a ``domain.cost.caps.Refusal`` (the
+    ``budgets`` stage refuses it), or None (no ledger).
     """
 
     call_id: str
@@ -100,11 +104,14 @@ class CallRequest(msgspec.Struct, frozen=True):
     record: RequestRecord | None = None
     parent_session: str = ""
     budget: Any = None
+    continues: str = ""
+    carried_tokens: int = 0
 
     @property
     def estimated_tokens(self) -> int:
-        """Our estimate of the prompt's tokens."""
-        return self.shape.prompt_tokens or tokens_from_chars(self.shape.prompt_chars)
+        """Our estimate of the prompt's tokens: the chain it continues included."""
+        sent = self.shape.prompt_tokens or tokens_from_chars(self.shape.prompt_chars)
+        return sent + self.carried_tokens
 
 
 class CallOutcome(msgspec.Struct, frozen=True):
@@ -126,6 +133,8 @@ class CallOutcome(msgspec.Struct, frozen=True):
             whether it is free.
         attempts: the attempts that failed over to another key before this outcome.
         error_class: the class of the upstream error relayed (``domain.classify.classifier``).
+        response_id: the id of the response the upstream made ("" when its format names
+            none a request could continue: only Responses' are kept).
     """
 
     call_id: str
@@ -144,6 +153,7 @@ class CallOutcome(msgspec.Struct, frozen=True):
     model: str = ""
     attempts: tuple[CallAttempt, ...] = ()
     error_class: str = ""
+    response_id: str = ""
 
 
 def _usage(
@@ -213,6 +223,7 @@ def complete_call(
         raw_usage=raw,
         retry_after_seconds=limits.retry_after_seconds if limits is not None else None,
         error=outcome.error, attempts=outcome.attempts, error_class=outcome.error_class,
+        response_id=outcome.response_id[:200],
         cost=None if priced is None or priced.amount is None else str(priced.amount),
         cost_status=priced.status if priced is not None else "unknown",
         cost_source=priced.source if priced is not None else "",

@@ -59,6 +59,7 @@ SESSION_UPCASTERS = (
     Upcaster("session.call_resent.v1", "session.call_resent.v2", dict),
     Upcaster("session.call_completed.v1", "session.call_completed.v2", dict),
     Upcaster("session.call_completed.v2", "session.call_completed.v3", dict),
+    Upcaster("session.call_completed.v3", "session.call_completed.v4", dict),
 )
 
 
@@ -167,10 +168,12 @@ class CallCompleted(Event, frozen=True):
     ``provider-reported``, ``included``) and ``cost_version`` its version. Version 2
     added the last two. Version 3 added ``attempts`` (each attempt that failed over to
     another key before this outcome: the key's fingerprint, the status, the error's
-    class) and ``error_class`` (the class of the error relayed, if any).
+    class) and ``error_class`` (the class of the error relayed, if any). Version 4 added
+    ``response_id``: the id of the response the upstream made, in formats whose requests
+    can continue one (a Responses ``previous_response_id``); "" when none.
     """
 
-    TAG: ClassVar[str] = "session.call_completed.v3"
+    TAG: ClassVar[str] = "session.call_completed.v4"
 
     call_id: str
     outcome: str = "ok"
@@ -193,3 +196,4 @@ class CallCompleted(Event, frozen=True):
     cost_version: str = ""
     attempts: tuple[CallAttempt, ...] = ()
     error_class: str = ""
+    response_id: str = ""

@@ -33,6 +33,9 @@ class StreamReader(Protocol):
     usage_block: object
     #: An event begun but not finished (dropped, not relayed, when the stream breaks).
     held: bytes
+    #: The response's id once the stream named it, in a format whose requests can
+    #: continue one (Responses); None otherwise.
+    response_id: str | None
 
     def feed(self, chunk: bytes) -> bytes:
         """Take ``chunk``; the bytes to relay to the client now."""
@@ -102,6 +105,14 @@ class Adapter(Protocol):
 
         ``headers`` have lower-case names. None when the client names none (the session
         is then derived from the conversation). The value is checked by the caller.
+        """
+        ...
+
+    def continues(self, fields: Mapping[str, Any]) -> str | None:
+        """The stored response the request continues (its history is the provider's).
+
+        A Responses ``previous_response_id``; None for a request that sends its whole
+        history (every request of the other formats).
         """
         ...
 

@@ -212,6 +212,11 @@ class AnthropicMessages:
         del injected
         return AnthropicStream(max_event_bytes)
 
+    def continues(self, fields: Mapping[str, Any]) -> str | None:
+        """None: a Messages request sends its whole history."""
+        del fields
+        return None
+
     def session_hint(self, fields: Mapping[str, Any], headers: Mapping[str, str]
                      ) -> str | None:
         """Claude Code's session id: its header, else the one in ``metadata.user_id``.
@@ -262,6 +267,9 @@ class AnthropicStream:
     """
 
     __slots__ = ("_framer", "_usage", "done", "held", "output_chars", "usage_block")
+
+    #: A Messages request continues no stored response: its id is never needed.
+    response_id: str | None = None
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         """Frame events of at most ``max_event_bytes`` bytes."""

@@ -41,6 +41,8 @@ class ResponseFacts(msgspec.Struct, frozen=True):
     usage_block: Any = None
     has_output: bool = False
     output_chars: int = 0
+    #: The response's id, in a format whose requests can continue one (Responses).
+    response_id: str = ""
 
 
 def _decode_or_none(data: bytes | None) -> object:
@@ -238,6 +240,11 @@ class ChatCompletions:
         del fields, headers
         return None
 
+    def continues(self, fields: Mapping[str, Any]) -> str | None:
+        """None: a chat request sends its whole history."""
+        del fields
+        return None
+
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> bytes:
         """``{"error": {"message", "type", "code"}}``, as OpenAI answers."""
         del status
@@ -257,6 +264,9 @@ class ChatStream:
     """
 
     __slots__ = ("_framer", "_injected", "done", "held", "output_chars", "usage_block")
+
+    #: A chat request continues no stored response: its id is never needed.
+    response_id: str | None = None
 
     def __init__(self, injected: bool, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         """``injected``: usage was requested for us, so its chunk is not relayed."""

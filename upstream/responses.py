@@ -214,7 +214,8 @@ class Responses:
         decoded = _decode_or_none(body)
         if not isinstance(decoded, dict):
             return ResponseFacts(has_output=True)
-        return ResponseFacts(decoded.get("usage"), True, _output_chars(decoded.get("output")))
+        return ResponseFacts(decoded.get("usage"), True, _output_chars(decoded.get("output")),
+                             response_id(decoded) or "")
 
     def stream_error(self, head: bytes) -> bytes | None:
         """The data of a stream's first data event if it is an error, else None.
@@ -257,6 +258,11 @@ class Responses:
                 return value
         key = fields.get("prompt_cache_key")
         return key if isinstance(key, str) and key else None
+
+    def continues(self, fields: Mapping[str, Any]) -> str | None:
+        """``previous_response_id``, when the request names one (its history is stored)."""
+        found = fields.get("previous_response_id")
+        return found if isinstance(found, str) and found else None
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> bytes:
         """``{"error": {"message", "type", "param", "code"}}``, as OpenAI answers."""

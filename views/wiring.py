@@ -14,6 +14,7 @@ from sessionwarden.views.projections import (
     RateLimitsView,
     SessionsView,
 )
+from sessionwarden.views.responses import ResponsesView
 from sessionwarden.views.side_calls import SideCallsView
 from sessionwarden.views.summarisers import SummarisersView
 
@@ -23,4 +24,5 @@ __all__ = ["default_projections"]
 def default_projections() -> list[Projection]:
     """The views of a sessionwarden database, in the order they are applied."""
     return [StreamsView(), SessionsView(), LedgerView(), CredentialsView(), RateLimitsView(),
-            SessionParentsView(), CreditsView(), SideCallsView(), SummarisersView()]
+            SessionParentsView(), CreditsView(), SideCallsView(), SummarisersView(),
+            ResponsesView()]

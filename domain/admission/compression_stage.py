@@ -4,7 +4,9 @@
 appended to the governed history. It decides on the best token figure
 (``domain.context.trigger``: the trigger, the calibrated estimate, the anti-thrashing
 guard), on the prompt cache gone cold past the prepare mark, or on a compression asked
-for through the control API, then compresses (``domain.context.compression``):
+for through the control API, then compresses (``domain.context.compression``).
+
+Rules:
 
 - ``summariser = "builtin"``: at once, deterministic;
 - ``summariser = "model"``: the stage needs a summary from a model
@@ -25,7 +27,10 @@ A prompt that cannot fit the window with its answer's reserve (``domain.context.
 ``prompt_room``) is compressed whatever the anti-thrashing guard says, and when even
 compressed it does not fit (or compression is off, or found nothing to summarise) the
 call is refused before sending: 400 ``context_length_exceeded``, naming the sizes. No
-request is forwarded that cannot fit its model's window.
+request is forwarded that cannot fit its model's window. A request that continues a
+stored chain is never compressed (its history is the provider's): the chain's tokens as
+the log knows them (``CallRequest.carried_tokens``) and its new items must fit together,
+else it is refused the same way, saying how to go on.
 
 Each outcome is recorded: ContextCompressed, SummariserFailed (with the cooldown).
 """
@@ -141,6 +146,13 @@ def compress_step(config: Config, state: SessionState, request: CallRequest,
             return fit.refuse(figure.tokens, [*events, *extra], compressed=False)
         return done(history, kept, [*events, *extra], update)
 
+    if request.continues:
+        # What the chain holds is the provider's to keep or compact, not ours: nothing
+        # here to compress, but the chain and the new items must fit the window together.
+        whole = figure.tokens + request.carried_tokens
+        if whole > fit.room:
+            return fit.refuse_chain(whole, events)
+        return done(history, kept, events, update)
     if request.shape.native_compaction:
         # The client asked the provider to compact this very request: compacting it too
         # would summarise what the provider is about to summarise (and bust its cache).
@@ -322,4 +334,18 @@ class _Fit:
             400, f"the request does not fit {self.request.model}'s context window {how}: "
             f"~{tokens:,} prompt tokens{answer} > {self.window:,}; nothing was sent "
             "(shorten the newest messages or the tool results, or start a new session)",
+            code="context_length_exceeded", events=tuple(events))
+
+    def refuse_chain(self, tokens: int, events: list[Event]) -> Refuse:
+        """400 ``context_length_exceeded`` for a chain: the sizes, and how to go on."""
+        request = self.request
+        answer = (f" + {self.reserve:,} reserved for the answer" if self.reserve else "")
+        return Refuse(
+            400, f"the request continues response {request.continues[:80]!r}, whose chain "
+            f"holds ~{request.carried_tokens:,} tokens at the provider: with its new items, "
+            f"~{tokens:,} prompt tokens{answer} > {request.model}'s context window of "
+            f"{self.window:,}; nothing was sent. A stored chain cannot be compressed here: "
+            "send the whole history with store: false (sessionwarden then compresses it), "
+            "or have the provider compact it (POST /v1/responses/compact, or "
+            "context_management) and continue from that",
             code="context_length_exceeded", events=tuple(events))

@@ -7,7 +7,10 @@ GovernedHistory`. For each call, in order:
    they are; the others are hashed and compared with the governed history's client
    digests. A matching prefix is forwarded as it was forwarded last time, byte for
    byte; a mismatch is recorded (:class:`~sessionwarden.events.HistoryReset`) and the
-   whole request is governed afresh. Only the items not seen before are decoded.
+   whole request is governed afresh. Only the items not seen before are decoded. A
+   request that continues a response stored at the provider (``CallRequest.continues``,
+   a Responses ``previous_response_id``) holds new items only: it is not recognised
+   against the session's history, and its items are governed on their own.
 2. **Spill** the new items' tool results over their limits, and per assistant turn the
    largest while the turn is over its budget (``domain.context.spill``). Writing the files is
    I/O: the stage asks for it (:class:`SpillWork`, a ``Need``) and resumes with which
@@ -136,7 +139,11 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
     digests, with_marker = identities(rest)
     events: list[Event] = []
     history = state.context.history if state.context is not None else None
-    if history is not None:
+    if request.continues:
+        # The rest of its history is stored at the provider: the request's items are
+        # all new, governed on their own (spilled, never compressed: compress_step).
+        history = None
+    elif history is not None:
         recognition = recognise(history, digests)
         if recognition.reason:
             events.append(HistoryReset(call_id=request.call_id, reason=recognition.reason,

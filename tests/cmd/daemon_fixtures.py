@@ -33,7 +33,7 @@ from tests.support.fake_provider import FakeProviderServer
 _BIN = Path(sys.executable).with_name("sessionwarden")
 _LISTENING = re.compile(r"sessionwarden listening on http://127\.0\.0\.1:(\d+)/v1")
 MODEL = "gpt-test"
-COMPLETED_TYPE = "session.call_completed.v3"
+COMPLETED_TYPE = "session.call_completed.v4"
 ADMITTED_TYPE = "session.call_admitted.v5"
 
 
@@ -253,7 +253,7 @@ def ledger_rows(db: Path) -> dict[str, dict[str, Any]]:
 
 
 def completions(db: Path) -> list[dict[str, Any]]:
-    """Decoded ``session.call_completed.v3`` events, oldest first, every field present.
+    """Decoded ``session.call_completed.v4`` events, oldest first, every field present.
 
     Each also has ``session_id`` (its stream's) and ``stream`` (from its admission), which
     the events themselves do not repeat.

@@ -163,7 +163,7 @@ def test_canary_keys_never_leak(
     # Sanity: the fake really received the keys, and the collection is not empty.
     authorizations = {r.headers.get("authorization") for r in fake.state.snapshot()}
     assert {f"Bearer {k}" for k in keys.values()} <= authorizations
-    assert any(b"session.call_completed.v3" in data for _, data in seen.items)
+    assert any(b"session.call_completed.v4" in data for _, data in seen.items)
     assert any(b"REDACTED" in data for _, data in seen.items)
     assert any(b'"level"' in data or b'"record"' in data for label, data in seen.items
                if "json-" in label and label.endswith(".err"))

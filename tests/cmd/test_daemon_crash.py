@@ -1,7 +1,7 @@
 """kill -9 during a burst: every call that returned to a client is in the ledger after restart.
 
 The proxy holds a response's last bytes (a plain body, or a stream's ``[DONE]``) until the
-call's ``session.call_completed.v3`` is committed, so a client that saw its call complete can rely
+call's ``session.call_completed.v4`` is committed, so a client that saw its call complete can rely
 on the ledger even if the daemon dies the next instant.
 """
 

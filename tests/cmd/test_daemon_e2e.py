@@ -417,7 +417,7 @@ def test_events_cli_lists_the_calls(daemon: Daemon) -> None:
     out = daemon.cli("events", "--json").stdout
     events = [json.loads(line) for line in out.splitlines()]
     mine = [e["type"] for e in events if e["stream"] == "session-cli"]
-    assert mine.count("session.call_completed.v3") == 1
+    assert mine.count("session.call_completed.v4") == 1
     daemon.replay_verify()
 
 

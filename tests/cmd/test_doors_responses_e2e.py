@@ -321,10 +321,6 @@ def test_the_session_is_named_by_header_then_client_identity_then_derived(
 # ------------------------------------------------------ previous_response_id chains
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24 part 2 not implemented: the daemon does not "
-                   "record the response id a call produced, so a previous_response_id "
-                   "request lands in a derived auto- session and is sized by its new "
-                   "items only (measured: ~31 estimated tokens for a 10,076-token prompt)")
 def test_a_previous_response_id_chain_stays_in_its_session_and_is_sized_whole(
     daemon: InProcessDaemon, fake: FakeProviderServer
 ) -> None:
@@ -345,3 +341,43 @@ def test_a_previous_response_id_chain_stays_in_its_session_and_is_sized_whole(
     admitted = [e for e in events_of(daemon, "chain") if isinstance(e, CallAdmitted)]
     assert len(admitted) == 2
     assert admitted[1].estimated_tokens >= used["input_tokens"] + used["output_tokens"]
+
+
+def test_a_streamed_chain_is_followed_and_a_link_over_the_window_is_refused_unsent(
+    daemon: InProcessDaemon, fake: FakeProviderServer
+) -> None:
+    with client(daemon, None) as sdk:
+        # Codex's header names the first call's session; the chain names the others'.
+        events = list(sdk.responses.create(model="small-agent-20", input="x" * 160_000,
+                                           stream=True, extra_headers={"session-id": "long"}))
+        first = events[-1].response  # type: ignore[union-attr]
+        second = sdk.responses.create(model="small-agent-20", input="go on",
+                                      previous_response_id=first.id)
+        sent = len(forwarded(fake))
+        with pytest.raises(openai.BadRequestError) as refused:
+            sdk.responses.create(model="small-agent-20", input="z" * 130_000,
+                                 previous_response_id=second.id)
+    assert len(forwarded(fake)) == sent == 2  # refused before anything was sent
+    assert refused.value.code == "context_length_exceeded"
+    message = refused.value.message
+    assert second.id in message and "store: false" in message and str(WINDOW)[:2] in message
+    assert refused.value.response.headers["x-sessionwarden-session-id"] == "long"
+    found = events_of(daemon, "long")
+    admitted = [e for e in found if isinstance(e, CallAdmitted)]
+    done = [e for e in found if isinstance(e, CallCompleted)]
+    assert len(admitted) == 2 and [e.response_id for e in done] == [first.id, second.id]
+    # The whole chain is in the second call's estimate: the first call's prompt and answer.
+    assert admitted[1].estimated_tokens >= first.usage.input_tokens + first.usage.output_tokens
+    # A link of a chain is new items, not a history that changed: nothing was reset.
+    assert not [e for e in found if type(e).__name__ == "HistoryReset"]
+
+
+def test_a_response_the_daemon_never_relayed_is_forwarded_and_its_error_relayed(
+    daemon: InProcessDaemon, fake: FakeProviderServer
+) -> None:
+    with client(daemon, None) as sdk, pytest.raises(openai.BadRequestError) as missing:
+        sdk.responses.create(model="rsp-model", input="hello", previous_response_id="resp_gone")
+    # Unknown to the log (made before the daemon, or elsewhere): the provider decides.
+    assert missing.value.code == "previous_response_not_found"
+    assert len(forwarded(fake)) == 1
+    assert missing.value.response.headers["x-sessionwarden-session-id"].startswith("auto-")

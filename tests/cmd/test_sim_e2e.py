@@ -99,7 +99,7 @@ def test_an_unconfigured_daemon_answers_plain_calls_from_sim(bare: Daemon) -> No
     assert row["session_id"] == "first" and row["credential"] == ""
     # Two events per call (admitted, completed); no key was recorded for sim.
     counts = dict(bare.query("SELECT type, count(*) FROM events GROUP BY type"))
-    assert counts["session.call_admitted.v5"] == counts["session.call_completed.v3"] == 2
+    assert counts["session.call_admitted.v5"] == counts["session.call_completed.v4"] == 2
     assert bare.query("SELECT count(*) FROM view_credentials") == [(0,)]
 
 

@@ -133,6 +133,16 @@ EXPECTED: dict[str, Event] = {
         attempts=(CallAttempt(credential="fp:9f2c", status=429, error_class="rate_limit"),),
         error_class="rate_limit",
     ),
+    "session.call_completed.v4": CallCompleted(
+        call_id="c3vd2xk7m4qa5bdh", outcome="upstream_error", status=429, latency_ms=64.25,
+        credential="fp:b7e1", input_tokens=1200, output_tokens=340, cache_read_tokens=800,
+        cache_write_tokens=64, reasoning_tokens=120, source="estimated",
+        flags=("rejected:prompt_tokens",), raw_usage='{"prompt_tokens":-1}',
+        retry_after_seconds=3600.0, error="rate limited", cost="0.0123", cost_status="actual",
+        cost_source="override", cost_version="config",
+        attempts=(CallAttempt(credential="fp:9f2c", status=429, error_class="rate_limit"),),
+        error_class="rate_limit", response_id="resp_68b1c0ffee",
+    ),
     "session.call_resent.v1": CallResent(
         call_id="c3vd2xk7m4qa5bdh", reason="context_overflow", request=RequestRecord(
             fields=("9f" * 16, 88), items_key="messages", system=(("2a" * 16, 120),),
@@ -313,6 +323,16 @@ RETIRED_PAYLOADS: dict[str, bytes] = {
         b'ter_seconds":12.5,"error":"rate limited","cost":"0.0123","cost_status":"actual",'
         b'"cost_source":"genai-prices@0.2.3","cost_version":"0.2.3"}'
     ),
+    "session.call_completed.v3": (
+        b'{"call_id":"c3vd2xk7m4qa5bdh","outcome":"upstream_error","status":429,"latency_m'
+        b's":64.25,"credential":"fp:b7e1","input_tokens":1200,"output_tokens":340,"cache_r'
+        b'ead_tokens":800,"cache_write_tokens":64,"reasoning_tokens":120,"source":"estimat'
+        b'ed","flags":["rejected:prompt_tokens"],"raw_usage":"{\\"prompt_tokens\\":-1}","ret'
+        b'ry_after_seconds":3600.0,"error":"rate limited","cost":"0.0123","cost_status":"a'
+        b'ctual","cost_source":"override","cost_version":"config","attempts":[{"credential'
+        b'":"fp:9f2c","status":429,"error_class":"rate_limit"}],"error_class":"rate_limit"'
+        b'}'
+    ),
     "credential.added.v1": (
         b'{"type":"credential.added.v1","provider":"openai","ref":"env:OPENAI_API_KEY",'
         b'"fingerprint":"fp:1a2b","source":"cli"}'
@@ -474,7 +494,7 @@ def test_tags_of_names_every_stored_tag_that_decodes_to_a_class() -> None:
         "session.call_admitted.v4", "session.call_admitted.v5"}
     assert CODEC.tags_of(CallCompleted) == {
         "session.call_completed.v1", "session.call_completed.v2",
-        "session.call_completed.v3"}
+        "session.call_completed.v3", "session.call_completed.v4"}
     for cls in ALL_EVENTS:
         for tag in CODEC.tags_of(cls):
             assert type(CODEC.decode(tag, golden(tag))) is cls

@@ -140,9 +140,21 @@ RESPONSE = {
 def test_a_plain_response_gives_its_usage_output_and_id() -> None:
     raw = json.dumps(RESPONSE).encode()
     assert WIRE.read_response(raw) == ResponseFacts(RESPONSE["usage"], True,
-                                                    9 + 4 + 2 + 7 + 3)
+                                                    9 + 4 + 2 + 7 + 3, "resp_1")
     assert WIRE.read_response(b"not json") == ResponseFacts(None, True, 0)
     assert response_id(raw) == response_id(RESPONSE) == "resp_1"
+
+
+@pytest.mark.parametrize(("fields", "found"), [
+    ({"previous_response_id": "resp_1", "input": "next"}, "resp_1"),
+    ({"previous_response_id": None}, None),
+    ({"previous_response_id": ""}, None),
+    ({"previous_response_id": 7}, None),
+    ({"input": "whole history", "store": False}, None),
+])
+def test_a_request_continues_the_response_it_names(fields: dict[str, Any],
+                                                    found: str | None) -> None:
+    assert WIRE.continues(fields) == found
 
 
 @pytest.mark.parametrize(("data", "found"), [

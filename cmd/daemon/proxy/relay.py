@@ -96,6 +96,7 @@ from sessionwarden.upstream.client import (
     transport_failure,
 )
 from sessionwarden.upstream.errors import EventTooLarge, MalformedRequest
+from sessionwarden.views.responses import chain_of
 
 __all__ = ["ERROR_BODY_TIMEOUT_S", "MAX_ANSWER_BYTES", "MAX_ERROR_BODY_BYTES",
            "SESSION_HEADER", "serve_door"]
@@ -202,7 +203,13 @@ async def _arrive(rt: Runtime, door: Door, headers: dict[str, str], body: bytes,
         await send_error(send, 400, str(exc), code=exc.code or None)
         return None
     given = headers.get("x-session-id")  # an empty one is refused below, not derived
-    if given is None:
+    continues = door.adapter.continues(payload.fields) or ""
+    # A request continuing a stored response sends its new items only: the log knows
+    # the chain's session and size (unknown for a response another route made).
+    chain = chain_of(rt.log.read_connection(), continues) if continues else None
+    if given is None and chain is not None:
+        session_id = chain.session_id
+    elif given is None:
         # The client's own name for its session (Claude Code's, Codex's), when it is one
         # we can store; else the conversation's own (domain.context.conversation).
         hint = door.adapter.session_hint(payload.fields, headers)
@@ -251,7 +258,8 @@ async def _arrive(rt: Runtime, door: Door, headers: dict[str, str], body: bytes,
         call_id=call.call_id, session_id=session_id, provider=provider.name,
         model=upstream_model, api_mode=provider.api_mode, shape=shape, body=payload,
         client=headers.get("user-agent", "")[:200], parent_session=parent,
-        purpose=door.purpose,
+        purpose=door.purpose, continues=continues,
+        carried_tokens=chain.tokens if chain is not None else 0,
     )
     return call, adapter, injected
 
@@ -592,7 +600,7 @@ async def _relay_plain(
         body = default_redactor.scrub_secrets(body)  # an upstream that echoes our key
         outcome = call.outcome("ok", status=status, usage_block=facts.usage_block,
                                has_output=facts.has_output, output_chars=facts.output_chars,
-                               rate_limit_headers=limits)
+                               rate_limit_headers=limits, response_id=facts.response_id)
     else:
         # Redacted whole before it is cut: a key cut in two would escape the redaction.
         body = default_redactor.redact_bytes(body)
@@ -738,7 +746,7 @@ class _StreamRelay:
         return await complete(self.rt, self.call, self.call.outcome(
             self.outcome(), status=200, usage_block=usage, has_output=True,
             output_chars=chars, rate_limit_headers=rate_limit_headers(self.response.headers),
-            error=error,
+            error=error, response_id=reader.response_id or "",
         ))
 
     async def finish(self, recorded: bool) -> None:

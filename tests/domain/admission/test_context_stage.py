@@ -269,3 +269,32 @@ def test_a_compression_the_upstreams_overflow_asks_for_is_never_blocked_by_the_g
     assert isinstance(result, Proceed)
     assert any(isinstance(e, ContextCompressed) and e.trigger == "requested"
                for e in result.events)
+
+
+def chained(messages: list[dict[str, Any]], call_id: str, carried: int) -> CallRequest:
+    """A request continuing a stored response: its items are new, the rest the provider's."""
+    return msgspec.structs.replace(request(messages, call_id), continues="resp_1",
+                                   carried_tokens=carried)
+
+
+def test_a_link_of_a_chain_is_governed_alone_with_the_chain_in_its_estimate() -> None:
+    state = SessionState("s")
+    admit(state, run(SETTINGS, state, request([{"role": "user", "content": "hi"}], "c1")))
+    link = [{"role": "user", "content": "and then?"}]
+    result = admit(state, run(SETTINGS, state, chained(link, "c2", 2_000)))
+    # Not a history that changed (no reset), not a resend of c1's (nothing kept).
+    assert not any(isinstance(e, HistoryReset) for e in result.events)
+    assert sent(result) == link and result.request.record is not None
+    assert result.request.record.kept == 0
+    assert result.request.estimated_tokens == result.request.shape.prompt_tokens + 2_000
+
+
+def test_a_link_over_its_threshold_is_not_compressed_and_over_the_window_is_refused() -> None:
+    long = long_session(25)  # over the trigger alone, within the window
+    fits = run(SETTINGS, SessionState("s"), chained(long, "c1", 0))
+    assert isinstance(fits, Proceed) and sent(fits) == long
+    assert not any(isinstance(e, ContextCompressed) for e in fits.events)
+    refused = run(SETTINGS, SessionState("s"), chained(long, "c1", 9_000))
+    assert isinstance(refused, Refuse) and refused.code == "context_length_exceeded"
+    assert "'resp_1'" in refused.message and "~9,000 tokens" in refused.message
+    assert "store: false" in refused.message and "nothing was sent" in refused.message
