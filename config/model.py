@@ -128,7 +128,10 @@ class DaemonConfig(_Section, frozen=True):
 
 
 class PriceConfig(_Section, frozen=True):
-    """A model's price override in USD per million tokens; None leaves the library's."""
+    """A model's price override in USD per million tokens; None leaves the library's.
+
+    ``web_search`` is USD per server-side web search (not per million).
+    """
 
     input: Decimal | None = None
     output: Decimal | None = None
@@ -136,6 +139,8 @@ class PriceConfig(_Section, frozen=True):
     cache_write: Decimal | None = None
     #: Anthropic's 1-hour cache write; unset, the library's rate, else twice ``input``.
     cache_write_1h: Decimal | None = None
+    #: USD per web search (Anthropic server tool, Responses ``web_search_call``).
+    web_search: Decimal | None = None
 
     def __post_init__(self) -> None:
         """Reject negative, NaN and infinite prices."""

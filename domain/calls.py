@@ -223,7 +223,7 @@ def complete_call(
         raw_usage=raw,
         retry_after_seconds=limits.retry_after_seconds if limits is not None else None,
         error=outcome.error, attempts=outcome.attempts, error_class=outcome.error_class,
-        response_id=outcome.response_id[:200],
+        response_id=outcome.response_id[:200], web_searches=usage.web_searches,
         cost=None if priced is None or priced.amount is None else str(priced.amount),
         cost_status=priced.status if priced is not None else "unknown",
         cost_source=priced.source if priced is not None else "",

@@ -170,7 +170,10 @@ class CallCompleted(Event, frozen=True):
     another key before this outcome: the key's fingerprint, the status, the error's
     class) and ``error_class`` (the class of the error relayed, if any). Version 4 added
     ``response_id``: the id of the response the upstream made, in formats whose requests
-    can continue one (a Responses ``previous_response_id``); "" when none.
+    can continue one (a Responses ``previous_response_id``); "" when none; and
+    ``web_searches``: the call's server-side web searches (Anthropic
+    ``server_tool_use.web_search_requests``, Responses ``web_search_call`` items), billed
+    per search and included in ``cost``.
     """
 
     TAG: ClassVar[str] = "session.call_completed.v4"
@@ -197,3 +200,4 @@ class CallCompleted(Event, frozen=True):
     attempts: tuple[CallAttempt, ...] = ()
     error_class: str = ""
     response_id: str = ""
+    web_searches: int = 0

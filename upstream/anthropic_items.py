@@ -20,7 +20,8 @@ How a message is read (``role`` must be a string, else the item is refused as ch
   ``text`` → :class:`Text` (other keys, ``cache_control``, ``citations``, kept in the
   part's framing); ``tool_use`` with an object ``input`` → :class:`ToolCall` whose
   ``arguments`` are the exact JSON text of ``input``; ``tool_result`` with a string id →
-  :class:`ToolResult` (``name`` None), its string or list content its parts;
+  :class:`ToolResult` (``name`` None, ``error`` when ``is_error`` is ``true``), its
+  string or list content its parts;
   ``thinking`` / ``redacted_thinking`` → :class:`Opaque` of kind ``THINKING``;
   ``compaction`` → kind ``NATIVE_COMPACTION``; every other block (``image``,
   ``document``, ``server_tool_use``, ``web_search_tool_result``, unknown, malformed) an
@@ -34,8 +35,10 @@ How a message is read (``role`` must be a string, else the item is refused as ch
 Framing the parts do not say is recorded in ``Message.wire`` (a small JSON list): the wire
 role, each key with the form of its value, and each ``tool_result`` block's keys with
 their values but the content (``is_error``, ``cache_control``: a result whose parts were
-replaced keeps them), found again by ``tool_use_id`` when writing. A text block or call
-with other keys keeps them in its own ``wire``, with the replaced values as ``null``.
+replaced keeps them, as read), found again by ``tool_use_id`` when writing; a result with
+no framing (governance built it) is written with ``"is_error": true`` when ``error``. A
+text block or call with other keys keeps them in its own ``wire``, with the replaced
+values as ``null``.
 
 How a message is written: a message governance built (``wire == b""``) in the plain form,
 ``{"role": …, "content": "…"}`` (a list of blocks once a part is not plain text); roles
@@ -159,7 +162,9 @@ def _tool_result(block: dict[str, msgspec.Raw]) -> tuple[ToolResult, bytes] | No
         else:
             parts, form = tuple(_result_part(element) for element in value), _LIST
         framing["content"] = msgspec.Raw(_encode(form))
-    return ToolResult(call_id, parts), _encode(framing)
+    error = block.get("is_error")
+    failed = error is not None and bytes(error).strip() == b"true"
+    return ToolResult(call_id, parts, error=failed), _encode(framing)
 
 
 def _result_part(raw: msgspec.Raw) -> ResultPart:
@@ -267,8 +272,9 @@ def _render_block(part: Part, framings: _Framings) -> Any:
         return call
     framing = framings.take(part.call_id)
     if framing is None:
-        return {"type": _RESULT, "tool_use_id": part.call_id,
-                "content": _render_content(part.parts, _STR, framings)}
+        plain = {"type": _RESULT, "tool_use_id": part.call_id,
+                 "content": _render_content(part.parts, _STR, framings)}
+        return {**plain, "is_error": True} if part.error else plain
     out: dict[str, Any] = {}
     for key, value in framing.items():
         if key == "tool_use_id":

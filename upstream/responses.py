@@ -26,6 +26,11 @@ Rules:
   with the nested ``error`` object the SDK raises on.
 * :func:`response_id` and :attr:`ResponsesStream.response_id` name the response an answer
   made, for following ``previous_response_id`` chains.
+* The usage block handed to the domain is the provider's ``usage`` with one key the
+  daemon adds: ``"server_tool_use": {"web_search_requests": n}``, the count of the
+  response's ``web_search_call`` output items (billed per search, not counted in
+  ``usage``), only when ``n > 0`` (``responses_stream.with_web_searches``, for plain and
+  streamed answers alike).
 """
 
 from collections.abc import Mapping, Sequence
@@ -39,7 +44,7 @@ from sessionwarden.domain.context.transcript import assemble_body
 from sessionwarden.upstream.chat_completions import ResponseFacts
 from sessionwarden.upstream.errors import MalformedRequest
 from sessionwarden.upstream.responses_items import ResponsesItems
-from sessionwarden.upstream.responses_stream import ResponsesStream
+from sessionwarden.upstream.responses_stream import ResponsesStream, with_web_searches
 from sessionwarden.upstream.sse import DEFAULT_MAX_EVENT_BYTES, SseFramer, sse_data
 
 __all__ = ["Responses", "ResponsesStream", "response_id"]
@@ -210,12 +215,13 @@ class Responses:
         return assemble_body(fields, "input", items)
 
     def read_response(self, body: bytes) -> ResponseFacts:
-        """The usage block and generated output of a successful plain response."""
+        """The usage block (with its web searches) and output of a successful plain response."""
         decoded = _decode_or_none(body)
         if not isinstance(decoded, dict):
             return ResponseFacts(has_output=True)
-        return ResponseFacts(decoded.get("usage"), True, _output_chars(decoded.get("output")),
-                             response_id(decoded) or "")
+        output = decoded.get("output")
+        return ResponseFacts(with_web_searches(decoded.get("usage"), output), True,
+                             _output_chars(output), response_id(decoded) or "")
 
     def stream_error(self, head: bytes) -> bytes | None:
         """The data of a stream's first data event if it is an error, else None.

@@ -13,18 +13,42 @@ Rules:
 * ``output_chars`` grows by the ``delta`` of ``response.output_text.delta``,
   ``response.function_call_arguments.delta`` and ``response.reasoning_summary_text.delta``.
 * An ``error`` event mid-stream is relayed as any other event is.
+* ``usage_block`` is the terminal response's ``usage`` with the one key the daemon adds
+  to a provider's block: :func:`with_web_searches` (the ``web_search_call`` items of the
+  response's ``output``, which Responses bills but does not count in ``usage``).
 """
+
+from collections.abc import Mapping
 
 import msgspec
 from sessionwarden.domain.usage.stream import RESPONSES_TERMINAL_EVENTS, responses_event_usage
 from sessionwarden.upstream.sse import DEFAULT_MAX_EVENT_BYTES, SseFramer, sse_data
 
-__all__ = ["ResponsesStream"]
+__all__ = ["ResponsesStream", "with_web_searches"]
 
 #: The stream events whose ``delta`` is output the model generated.
 _DELTA_EVENTS = frozenset({"response.output_text.delta",
                            "response.function_call_arguments.delta",
                            "response.reasoning_summary_text.delta"})
+
+
+def with_web_searches(usage: object, output: object) -> object:
+    """``usage`` with the web searches of ``output`` in Anthropic's shape, if there are any.
+
+    Responses bills each ``web_search_call`` item of a response's ``output`` as a search
+    and reports none in ``usage``; this is the one key the daemon adds to a provider's
+    usage block, ``"server_tool_use": {"web_search_requests": n}`` (the key
+    ``domain/usage/canonical.py`` reads in both formats), and only when ``n > 0`` and
+    ``usage`` is an object (anything else is left for the domain to judge). A new dict:
+    the provider's is not changed.
+    """
+    if not isinstance(usage, Mapping) or not isinstance(output, list):
+        return usage
+    searches = sum(1 for item in output
+                   if isinstance(item, Mapping) and item.get("type") == "web_search_call")
+    if not searches:
+        return usage
+    return {**usage, "server_tool_use": {"web_search_requests": searches}}
 
 
 class _Event(msgspec.Struct):
@@ -51,8 +75,8 @@ class ResponsesStream:
 
     :meth:`feed` returns the bytes to relay now; the terminal event (and anything after it)
     is held back in ``held`` until the call is recorded. ``usage_block`` (the terminal
-    event's ``response.usage``), ``output_chars``, ``done`` and ``response_id`` say what
-    the stream carried.
+    event's ``response.usage``, with its web searches: :func:`with_web_searches`),
+    ``output_chars``, ``done`` and ``response_id`` say what the stream carried.
     """
 
     __slots__ = ("_framer", "done", "held", "output_chars", "response_id", "usage_block")
@@ -104,8 +128,10 @@ class ResponsesStream:
             if isinstance(found, str) and found:
                 self.response_id = found
         if kind in RESPONSES_TERMINAL_EVENTS:
-            self.usage_block = responses_event_usage({"type": kind,
-                                                      "response": parsed.response})
+            usage = responses_event_usage({"type": kind, "response": parsed.response})
+            output = (parsed.response.get("output")
+                      if isinstance(parsed.response, dict) else None)
+            self.usage_block = with_web_searches(usage, output)
             return True
         return False
 

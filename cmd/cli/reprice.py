@@ -23,7 +23,8 @@ the table rounds and says so.
 
 Limits: a call is repriced from the token sums the ledger keeps, so an Anthropic call
 with several ``iterations`` is priced as one request (a long-context tier is judged on
-the sum), and the 1-hour cache-write split is not known to it.
+the sum), the 1-hour cache-write split is not known to it, and neither are its web
+searches: a call's web-search fees are not repriced (its recorded cost includes them).
 """
 
 import argparse

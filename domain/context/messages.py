@@ -149,11 +149,14 @@ class ToolResult(msgspec.Struct, frozen=True, tag="tool_result"):
         parts: its content, in order.
         name: the tool's name when the wire carries it on the result, else None (the
             name of the call it answers is then found with :func:`tool_pairs`).
+        error: the tool reported a failure (Anthropic ``is_error: true``); governance
+            keeps it when it replaces the parts, and the runaway guardrails read it.
     """
 
     call_id: str
     parts: tuple[ResultPart, ...] = ()
     name: str | None = None
+    error: bool = False
 
 
 #: Any part of a message.

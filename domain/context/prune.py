@@ -197,7 +197,7 @@ def _with_text(result: ToolResult, text: str) -> ToolResult:
             placed = True
     if not placed:
         parts.insert(0, Text(text))
-    return ToolResult(result.call_id, tuple(parts), result.name)
+    return ToolResult(result.call_id, tuple(parts), result.name, result.error)
 
 
 def _calls_by_result(history: Sequence[Message], end: int, pairing: ToolPairing | None

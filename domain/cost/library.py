@@ -34,7 +34,8 @@ dated ids, and its one-step fallbacks such as Azure → OpenAI).
 **Conversion** (mirrors the library's ``ModelPrice`` for the units we count):
 ``input_mtok``, ``output_mtok``, ``cache_read_mtok``, ``cache_write_mtok`` (else the
 5-minute ``cache_write_5m_mtok``), ``cache_write_1h_mtok`` (Anthropic's 1-hour cache
-write, 2x input where listed) and ``requests_kcount`` / 1000 as a per-request fee.
+write, 2x input where listed), ``requests_kcount`` / 1000 as a per-request fee and
+``web_searches_kcount`` / 1000 as a per-search fee (``Price.web_search``).
 Its per-kind ``TieredPrices`` (a cliff: above ``start`` prompt tokens the higher price
 applies to every token of the request) become :class:`PriceTier` rows, one per distinct
 start. Prices by date (a ``ConditionalPrice`` with a start date or time of day) are
@@ -42,7 +43,7 @@ resolved at the request time given by the caller; service tiers, batch processin
 the like (the library's ``price_variants``) by a context the caller passes. A model
 listed with no price at all (``:free`` models) costs $0, as in the library; one priced
 only in units we do not count (audio hours, pages) is unknown. Other units (audio,
-image, web searches, a separate reasoning price) are not priced here.
+image, other tool calls, a separate reasoning price) are not priced here.
 """
 
 from __future__ import annotations
@@ -177,7 +178,9 @@ def _convert(model_price: ModelPrice, source: str, version: str) -> Price | None
     requests = _field(model_price, "requests_kcount")
     per_request = _at(requests, 0)
     fee = None if per_request is None else per_request.scaleb(-3)  # per 1000 requests
-    if all(v is None for v in values.values()) and fee is None:
+    searches = _at(_field(model_price, "web_searches_kcount"), 0)
+    per_search = None if searches is None else searches.scaleb(-3)  # per 1000 searches
+    if all(v is None for v in values.values()) and fee is None and per_search is None:
         if any(v is not None for v in model_price.__dict__.values()):
             return None  # priced only in units we do not count
         zero = Decimal(0)
@@ -203,6 +206,7 @@ def _convert(model_price: ModelPrice, source: str, version: str) -> Price | None
         request=fee,
         tiers=tiers,
         cache_write_1h=_at(values["cache_write_1h"], -1),
+        web_search=per_search,
     )
 
 

@@ -19,9 +19,10 @@ The overview: docs/architecture/costs-and-caps.md, 'Prices'.
    kind by kind: a kind the override leaves empty keeps the library's rate, if any. The
    override is exact and flat, so the library's tiers are dropped for the overridden
    kinds (a tier row keeps only the library's rates of the other kinds). The kinds are
-   ``input``, ``output``, ``cache_read``, ``cache_write`` and ``cache_write_1h``; an
-   override of the first four is full and keeps nothing of the library's (an unset 1-hour
-   write then bills at twice its ``input``). Source ``override``, version ``config``
+   ``input``, ``output``, ``cache_read``, ``cache_write``, ``cache_write_1h`` and
+   ``web_search`` (USD per search); an override of the first four is full and keeps
+   nothing of the library's (an unset 1-hour write then bills at twice its ``input``,
+   unset web searches are unpriced). Source ``override``, version ``config``
    (``config+genai-prices@<v>`` when the library filled a kind in).
 3. The provider's own price listing (``pricing_url``, ``domain/cost/price_listing.py``), the
    latest one published, when it lists the model: source ``provider-listing@<version>``.
@@ -71,7 +72,8 @@ def _override(config: PriceConfig, library: Price | None) -> Price:
     if library is None or overridden >= _FULL:
         return Price(source=SOURCE_OVERRIDE, version="config", input=config.input,
                      output=config.output, cache_read=config.cache_read,
-                     cache_write=config.cache_write, cache_write_1h=config.cache_write_1h)
+                     cache_write=config.cache_write, cache_write_1h=config.cache_write_1h,
+                     web_search=config.web_search)
     tiers = tuple(
         msgspec.structs.replace(tier, **{kind: None for kind in overridden})
         for tier in library.tiers
@@ -86,6 +88,7 @@ def _override(config: PriceConfig, library: Price | None) -> Price:
         cache_write_1h=(library.cache_write_1h if config.cache_write_1h is None
                         else config.cache_write_1h),
         request=library.request,
+        web_search=library.web_search if config.web_search is None else config.web_search,
         tiers=tuple(t for t in tiers if any(getattr(t, k) is not None for k in _KINDS)),
     )
 

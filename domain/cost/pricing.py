@@ -1,10 +1,11 @@
 """Prices and the cost of one call: exact Decimal arithmetic, an honest status, no float.
 
 A :class:`Price` is USD per million tokens for each canonical usage bucket
-(``domain/usage/canonical.py``), an optional per-request fee and optional long-context tiers; it
-comes from a config override or from genai-prices (``domain/cost/library.py``), and a
-:class:`~sessionwarden.domain.cost.price_book.PriceBook` answers a :class:`PriceLookup` for
-a call. :func:`cost` turns usage and a lookup into a :class:`Cost`.
+(``domain/usage/canonical.py``), optional per-request and per-web-search fees and
+optional long-context tiers; it comes from a config override or from genai-prices
+(``domain/cost/library.py``), and a :class:`~sessionwarden.domain.cost.price_book.PriceBook`
+answers a :class:`PriceLookup` for a call. :func:`cost` turns usage and a lookup into a
+:class:`Cost`.
 
 Rules:
 
@@ -33,6 +34,11 @@ After hermes-behaviour §3.3, each with the bug it avoids:
   is priced at that model's price, given by the caller (``models``); one with no price
   makes the whole cost ``unknown``.
 - The per-request fee is added once per call, whatever the number of iterations.
+- Web searches (``CanonicalUsage.web_searches``: Anthropic's server-side searches, the
+  Responses ``web_search_call`` items) are added once per call, ``web_searches`` ×
+  ``web_search`` (USD per search); searches with no ``web_search`` price make the cost
+  ``unknown`` ("no web_search price in …"), never a silent $0. Web fetches cost only
+  their tokens; another server tool's fee is not priced (the usage flags it).
 - Status: ``included`` ($0) for a subscription route; ``unknown`` with **no amount** when
   there is no price or the usage is missing (never a silent $0, the bug of Hermes's
   missing-usage path); ``estimated`` when the usage is our estimate; ``actual``
@@ -112,6 +118,8 @@ class Price(msgspec.Struct, frozen=True, kw_only=True):
         cache_write_1h: the rate of a 1-hour cache write (Anthropic); None = twice
             ``input`` (see the module doc).
         request: a fee per request in USD, or None.
+        web_search: the fee of one server-side web search in USD, or None (not priced:
+            a call that made searches is then ``unknown``).
         tiers: higher rates for long prompts, by ascending ``above``.
         source: ``"override"``, ``"genai-prices@<version>"``, ``"provider-listing@<version>"``.
         version: the version of the price data: the library version, a listing's hash,
@@ -130,6 +138,7 @@ class Price(msgspec.Struct, frozen=True, kw_only=True):
     tiers: tuple[PriceTier, ...] = ()
     variant: str = ""
     cache_write_1h: Decimal | None = None
+    web_search: Decimal | None = None
 
     def rates(self, prompt_tokens: int) -> PriceTier:
         """The rates that apply to a request of ``prompt_tokens`` prompt tokens."""
@@ -243,6 +252,11 @@ def _priced(usage: CanonicalUsage, price: Price,
     total = total.scaleb(_MILLION_EXP, _EXACT)
     if price.request is not None:
         total = _EXACT.add(total, price.request)
+    if usage.web_searches:
+        if price.web_search is None:
+            return None, f"no web_search price in {price.source}"
+        total = _EXACT.add(total, _EXACT.multiply(Decimal(usage.web_searches),
+                                                  price.web_search))
     return total, ""
 
 

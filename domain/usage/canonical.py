@@ -63,6 +63,16 @@ long-context tier applies per sampling step and an advisor iteration names its o
 model), else the usage itself. A usage with iterations carries the flag ``"iterations"``
 so the caller keeps the raw block until the ledger records them.
 
+**Server tool use** (fees per request, not per token). Anthropic's
+``usage.server_tool_use`` counts the call's server tool requests: ``web_search_requests``
+becomes ``web_searches`` (priced per search), ``web_fetch_requests`` costs nothing beyond
+its tokens (Anthropic's pricing) and is not kept; any other positive count (a server tool
+whose fee is not priced) and a ``server_tool_use`` or ``web_search_requests`` that is not a
+non-negative integer (ignored) set :data:`FLAG_SERVER_TOOL_USE`. Read at the top level
+only: a call's searches are counted once, never per iteration. The Responses shape reads
+the same key, which its adapter adds (Responses bills each ``web_search_call`` output
+item and reports none in ``usage``).
+
 **A provider-reported cost** (OpenRouter ``usage.cost``, in credits = USD) becomes
 ``reported_cost``, an exact Decimal string (``repr`` of the JSON number, never float
 arithmetic). For a BYOK request (``is_byok: true``) ``cost`` is only OpenRouter's fee, so
@@ -139,9 +149,10 @@ FLAG_INCOMPLETE = "incomplete"
 FLAG_CACHE_SPLIT_MISMATCH = "cache_split_mismatch"
 FLAG_PROMPT_PARTS_MISMATCH = "prompt_parts_mismatch"
 FLAG_ITERATIONS = "iterations"
-#: Anthropic reported server tool use (``usage.server_tool_use``: web searches and fetches,
-#: billed per request, not per token). No field holds those counts yet, so the flag keeps
-#: the provider's block as ``raw_usage`` in the log instead of dropping them.
+#: Server tool use whose fee is not priced: a positive ``usage.server_tool_use`` count
+#: other than web searches (priced, :attr:`CanonicalUsage.web_searches`) and web fetches
+#: (free beyond tokens), or a count that is not a non-negative integer. The flag keeps the
+#: provider's block as ``raw_usage`` in the log instead of dropping those counts.
 FLAG_SERVER_TOOL_USE = "server_tool_use"
 
 _Count = Annotated[int, msgspec.Meta(ge=0)]
@@ -163,6 +174,9 @@ class CanonicalUsage(msgspec.Struct, frozen=True, kw_only=True):
             run on another model than the request's), else ``""``.
         reported_cost: the provider's own figure for the request's cost in USD, an exact
             Decimal string (OpenRouter ``usage.cost``), or None.
+        web_searches: the call's server-side web searches, billed per search
+            (``server_tool_use.web_search_requests``); counted once per call, so an
+            iteration's is always 0.
     """
 
     source: UsageSource
@@ -177,6 +191,7 @@ class CanonicalUsage(msgspec.Struct, frozen=True, kw_only=True):
     iteration_type: str = ""
     model: str = ""
     reported_cost: str | None = None
+    web_searches: _Count = 0
 
     def __post_init__(self) -> None:
         """Reject negative counts on direct construction too (decoding checks ``ge=0``)."""
@@ -213,6 +228,7 @@ _COUNT_FIELDS = (
     "cache_write_tokens",
     "reasoning_tokens",
     "cache_write_1h_tokens",
+    "web_searches",
 )
 
 
@@ -318,7 +334,10 @@ def _responses_shape(block: Block) -> CanonicalUsage | None:
     reasoning = count(out_details, "reasoning_tokens", "output_tokens_details.")
     if all(v is None for v in (prompt, output, cached, write, reasoning)):
         return None
-    return _settle(prompt, output, cached, write, reasoning, 0, [])
+    flags: list[str] = []
+    searches = _server_tool_use(block.get("server_tool_use"), flags)
+    usage = _settle(prompt, output, cached, write, reasoning, 0, flags)
+    return msgspec.structs.replace(usage, web_searches=searches) if searches else usage
 
 
 def _anthropic_counts(block: Block, where: str) -> tuple[CanonicalUsage, bool]:
@@ -379,21 +398,42 @@ def _anthropic_shape(block: Block) -> CanonicalUsage | None:
     iterations = _iterations(block)
     if not reported and not iterations:
         return None
-    added: tuple[str, ...] = (FLAG_ITERATIONS,) if iterations else ()
-    if _server_tool_use(block.get("server_tool_use")):
-        added += (FLAG_SERVER_TOOL_USE,)
-    if not added:
+    added: list[str] = [FLAG_ITERATIONS] if iterations else []
+    searches = _server_tool_use(block.get("server_tool_use"), added)
+    if not added and not searches:
         return usage
-    return msgspec.structs.replace(usage, iterations=iterations,
+    return msgspec.structs.replace(usage, iterations=iterations, web_searches=searches,
                                    flags=(*usage.flags, *added))
 
 
-def _server_tool_use(counts: Any) -> bool:
-    """Whether Anthropic's ``server_tool_use`` object counts any request (a positive int)."""
-    if not isinstance(counts, dict):
-        return False
-    return any(isinstance(v, int) and not isinstance(v, bool) and v > 0
-               for v in counts.values())
+#: Server tools billed by their tokens alone (Anthropic's pricing): not flagged.
+_FREE_SERVER_TOOLS = frozenset({"web_fetch_requests"})
+
+
+def _server_tool_use(counts: Any, flags: list[str]) -> int:
+    """The web searches a ``server_tool_use`` object counts (module doc, 'Server tool use').
+
+    Appends :data:`FLAG_SERVER_TOOL_USE` to ``flags`` for an unpriced tool's positive
+    count or junk; never raises (a junk count is ignored, not trusted).
+    """
+    if counts is None:
+        return 0
+    if not isinstance(counts, Mapping):
+        flags.append(FLAG_SERVER_TOOL_USE)
+        return 0
+    searches, unpriced = 0, False
+    for key, value in counts.items():
+        if key == "web_search_requests":
+            try:
+                searches = count(counts, key, "server_tool_use.") or 0
+            except UsageRejected:
+                unpriced = True
+        elif key not in _FREE_SERVER_TOOLS and isinstance(value, int) \
+                and not isinstance(value, bool) and value > 0:
+            unpriced = True
+    if unpriced:
+        flags.append(FLAG_SERVER_TOOL_USE)
+    return searches
 
 
 def _relayed_anthropic(block: Block) -> bool:

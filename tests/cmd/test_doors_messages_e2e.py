@@ -56,7 +56,7 @@ def extra(fake: FakeProviderServer, window: int = WINDOW) -> str:
         'provider = "ant"\n'
         "context_length = 200000\n"
         'price = { input = "3.00", output = "15.00", cache_read = "0.30", '
-        'cache_write = "3.75" }\n'
+        'cache_write = "3.75", web_search = "0.025" }\n'
     )
 
 
@@ -300,9 +300,9 @@ def test_usage_shows_the_calls_with_cache_writes_by_ttl_and_iterations(
     # the iterations are kept as the provider reported them (the split by TTL shows in
     # the cost below: 1-hour writes at twice the input price)
     assert json.loads(done[1]["raw_usage"])["iterations"] == iterations["iterations"]
-    assert done[1]["flags"] == ("iterations", "server_tool_use")
-    # server tool use (billed per request) is kept with the call, not dropped
-    assert json.loads(done[1]["raw_usage"])["server_tool_use"] == {"web_search_requests": 2}
+    # web searches are counted with the call and priced per search (below), not flagged
+    assert done[1]["flags"] == ("iterations",)
+    assert [c["web_searches"] for c in done] == [0, 2]
     rows = [r for r in ledger_rows(daemon.db).values() if r["session_id"] == "bill"]
     assert [r["cost_status"] for r in rows] == ["actual", "actual"]
     # 5m writes at the cache_write price, 1h writes at twice the input price (Anthropic's)
@@ -312,6 +312,7 @@ def test_usage_shows_the_calls_with_cache_writes_by_ttl_and_iterations(
                 + Decimal(first.usage.output_tokens) * Decimal("15.00")) / 1_000_000
     assert Decimal(str(rows[0]["cost"])) == expected
     iterated = (Decimal(930) * Decimal("3.00") + Decimal(212) * Decimal("15.00")) / 1_000_000
+    iterated += 2 * Decimal("0.025")  # the web searches, once per call
     assert Decimal(str(rows[1]["cost"])) == iterated
     capsys.readouterr()
     assert main(["usage", "--db", str(daemon.db), "--session", "bill", "--json"]) == 0

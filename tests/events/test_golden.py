@@ -141,7 +141,7 @@ EXPECTED: dict[str, Event] = {
         retry_after_seconds=3600.0, error="rate limited", cost="0.0123", cost_status="actual",
         cost_source="override", cost_version="config",
         attempts=(CallAttempt(credential="fp:9f2c", status=429, error_class="rate_limit"),),
-        error_class="rate_limit", response_id="resp_68b1c0ffee",
+        error_class="rate_limit", response_id="resp_68b1c0ffee", web_searches=3,
     ),
     "session.call_resent.v1": CallResent(
         call_id="c3vd2xk7m4qa5bdh", reason="context_overflow", request=RequestRecord(

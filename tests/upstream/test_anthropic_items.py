@@ -101,8 +101,9 @@ def test_tool_results_make_a_tool_message_and_keep_their_framing() -> None:
     ]})
     assert message.role == "tool"
     first, second, third, text = message.parts
-    assert first == ToolResult("a", (Text("out"),))
+    assert first == ToolResult("a", (Text("out"),), error=True)  # is_error: true
     assert isinstance(second, ToolResult) and second.parts[0] == Text("r")
+    assert not second.error
     assert isinstance(second.parts[1], Opaque) and second.parts[1].kind == "image"
     assert third == ToolResult("c")
     assert text == Text("<system-reminder>note</system-reminder>")
@@ -204,6 +205,29 @@ def test_a_string_result_replaced_stays_a_string_and_results_are_found_by_id() -
     added = Message("tool", (*shorter.parts, ToolResult("z", (Text("stub"),))), message.wire)
     assert written(added)["content"][1] == {
         "type": "tool_result", "tool_use_id": "z", "content": "stub"}
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    (b"true", True), (b"false", False), (b'"true"', False), (b"1", False), (b"null", False)])
+def test_only_is_error_true_marks_a_failed_result_and_it_is_written_back_as_it_came(
+        value: bytes, error: bool) -> None:
+    raw = (b'{"role":"user","content":[{"type":"tool_result","tool_use_id":"a",'
+           b'"is_error":' + value + b',"content":"boom"}]}')
+    message = read(raw)
+    [result] = message.parts
+    assert isinstance(result, ToolResult) and result.error is error
+    assert ITEMS.write_item(message) == raw  # byte for byte, is_error where it was
+    # a result whose parts governance replaced keeps its is_error as read
+    shorter = Message("tool", (ToolResult("a", (Text("b…"),), error=error),), message.wire)
+    assert ITEMS.write_item(shorter) == raw.replace(b'"boom"', '"b…"'.encode())
+
+
+def test_a_failed_result_governance_built_is_written_with_is_error() -> None:
+    built = Message("tool", (ToolResult("z", (Text("stub"),), error=True),
+                             ToolResult("y", (Text("ok"),))))
+    assert written(built)["content"] == [
+        {"type": "tool_result", "tool_use_id": "z", "content": "stub", "is_error": True},
+        {"type": "tool_result", "tool_use_id": "y", "content": "ok"}]
 
 
 @pytest.mark.parametrize(("arguments", "expected"), [

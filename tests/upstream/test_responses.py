@@ -139,8 +139,10 @@ RESPONSE = {
 
 def test_a_plain_response_gives_its_usage_output_and_id() -> None:
     raw = json.dumps(RESPONSE).encode()
-    assert WIRE.read_response(raw) == ResponseFacts(RESPONSE["usage"], True,
-                                                    9 + 4 + 2 + 7 + 3, "resp_1")
+    # the one web_search_call item is counted into the block, in Anthropic's shape
+    reported: Any = RESPONSE["usage"]
+    usage = {**reported, "server_tool_use": {"web_search_requests": 1}}
+    assert WIRE.read_response(raw) == ResponseFacts(usage, True, 9 + 4 + 2 + 7 + 3, "resp_1")
     assert WIRE.read_response(b"not json") == ResponseFacts(None, True, 0)
     assert response_id(raw) == response_id(RESPONSE) == "resp_1"
 

@@ -166,6 +166,14 @@ def test_a_result_with_its_own_name_or_no_call_is_summarised_generically() -> No
     assert result_text(out.messages[1]) == "[tool] → 41 lines, 601 chars"
 
 
+def test_a_summarised_result_keeps_its_failure() -> None:
+    history = [Message("tool", (ToolResult("x", (Text(BIG),), "lookup", error=True),))]
+    [out] = prune(history, protect_from=1).messages
+    [result] = out.parts
+    assert isinstance(result, ToolResult) and result.error
+    assert result_text(out) == "[lookup] → 40 lines, 600 chars"
+
+
 def test_several_results_in_one_message_find_their_own_calls() -> None:
     """The neutral model allows it (Anthropic's user message of tool_result blocks)."""
     calls = Message("assistant", (

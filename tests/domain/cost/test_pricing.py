@@ -182,7 +182,7 @@ def test_the_library_prices_a_known_model(book: PriceBook) -> None:
     lookup = book.lookup("anthropic", "claude-haiku-4-5", at=NOW)
     assert lookup.price == Price(source=LIB, version=genai_prices.__version__, input=D("1"),
                                  output=D("5"), cache_read=D("0.1"), cache_write=D("1.25"),
-                                 cache_write_1h=D("2"))
+                                 cache_write_1h=D("2"), web_search=D("0.01"))
     result = cost(usage(input_tokens=100, cache_read_tokens=1000, cache_write_tokens=10,
                         output_tokens=20), lookup)
     assert result.amount == D("0.0003125")
@@ -214,6 +214,7 @@ def test_a_partial_override_keeps_the_library_for_the_other_kinds(book: PriceBoo
     assert price == Price(
         source="override", version=f"config+{LIB}", input=D("2.5"), output=D("15"),
         cache_read=D("0.3"), cache_write=D("3.75"), cache_write_1h=D("6"),
+        web_search=D("0.01"),
         tiers=(PriceTier(above=200_000, output=D("22.5"), cache_read=D("0.6"),
                          cache_write=D("7.5"), cache_write_1h=D("12")),))
     # above the tier the overridden input stays flat, the rest take the library's tier
