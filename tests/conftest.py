@@ -8,14 +8,25 @@ loguru's default sink is the ``sys.stderr`` of the moment loguru was imported. U
 pytest that may be a capture stream closed before a later test's in-process daemon logs
 ("I/O operation on closed file"), so the sink here writes to whatever ``sys.stderr`` is
 when a line is written.
+
+Bytecode caches are written even when the environment sets ``PYTHONDONTWRITEBYTECODE``
+(as this machine's does): otherwise each test worker recompiles and re-rewrites every test
+module at collection, and every ``sessionwarden`` subprocess a test starts (a daemon, a
+CLI command) recompiles the package from source — some 10 s of the default run. The
+caches land in ``__pycache__`` directories, which git ignores; nothing tested depends on
+them.
 """
 
+import os
 import sys
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
 from loguru import logger
+
+sys.dont_write_bytecode = False  # this process and its xdist workers: rewritten test modules
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the subprocesses the tests start
 
 pytest_plugins = ["tests.cmd.daemon_fixtures", "tests.cmd.inprocess", "tests.cmd.key_fixtures"]
 
