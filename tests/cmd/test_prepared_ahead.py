@@ -86,8 +86,11 @@ def play_until(daemon: InProcessDaemon, session: str, stop: type,
 
 
 def test_the_call_that_crosses_the_trigger_applies_the_prepared_compression(
-    daemon: InProcessDaemon, capsys: pytest.CaptureFixture[str],
+    daemon: InProcessDaemon, fake: FakeProviderServer, capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """The preparation is let land before the next call: no race to keep open, so its
+    summary answers in 200 ms, not 2 s (the wait for it would be dead time)."""
+    fake.state.by_model["sum-model"] = {"reply": SUMMARY, "delay_ms": 200}
     play_until(daemon, "ahead", ContextCompressed, settle=CompressionPreparing)
     found = events(daemon, "ahead")
     [preparing] = [e for e in found if isinstance(e, CompressionPreparing)]
