@@ -100,7 +100,8 @@ class Finding(msgspec.Struct, frozen=True):
         rule: the rule.
         level: ``"stop"`` (refuse the call) or ``"warn"``.
         tool: the tool (a cycle: its tools, comma-separated).
-        signature: the call's signature (a cycle: a hash of its calls' signatures).
+        signature: the call's signature (a cycle: a hash of its calls' signatures, in
+            any order).
         count: the rule's count (a cycle: full laps; a cap: the searches made).
         message: what the model is told, with the recovery advice.
         at_stop: the count reached the rule's stop threshold (whatever the level).
@@ -270,7 +271,8 @@ def _cycle(work: _Work, entry: _Entry, settings: GuardSettings) -> list[Finding]
             return []
         work.reported = laps
         tools = ", ".join(dict.fromkeys(e.tool for e in pattern))
-        cycle_id = hashlib.sha256("\x00".join(e.signature for e in pattern).encode())
+        # sorted: the same cycle has the same id whichever call it is caught on
+        cycle_id = hashlib.sha256("\x00".join(sorted(e.signature for e in pattern)).encode())
         return [_finding("cycle", tools, cycle_id.hexdigest(), laps, settings.cycle,
                          settings)]
     work.reported = 0  # no cycle: re-armed for the next one

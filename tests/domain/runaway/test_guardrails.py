@@ -1,6 +1,7 @@
 import json
 from collections.abc import Iterable, Sequence
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sessionwarden.config import GuardrailsConfig
@@ -292,3 +293,28 @@ def test_a_resend_folds_only_its_new_observations(before, added):
     assert resent == state  # the same history again: nothing new
     grown, _ = fold(state, observations(later, len(earlier)), small)
     assert grown == fold(GuardState(), observations(later), small)[0]
+
+
+@settings(max_examples=100)
+@given(st.lists(observations_st, max_size=30), observations_st)
+def test_observing_never_changes_the_state_it_was_given(sequence, item):
+    state, _ = fold(GuardState(), sequence, small)
+    snapshot = msgspec.json.encode(state)
+    observe(state, item, small)
+    assert msgspec.json.encode(state) == snapshot
+
+
+@settings(max_examples=100)
+@given(st.lists(observations_st, max_size=30))
+def test_a_state_survives_a_json_round_trip(sequence):
+    state, _ = fold(GuardState(), sequence, small)
+    decoded = msgspec.json.decode(msgspec.json.encode(state), type=GuardState)
+    assert decoded == state
+    assert fold(decoded, sequence, small) == fold(state, sequence, small)
+
+
+def test_a_cycle_has_one_id_whichever_call_completes_its_laps():
+    a, b = obs("lookup", result="A"), obs("convert", result="B")
+    _, calls = run([a, b] * 4 + [a, a] + [b, a] * 4, DEFAULT)
+    ids = {f.signature for found in calls for f in found if f.rule == "cycle"}
+    assert len(ids) == 1
