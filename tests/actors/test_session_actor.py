@@ -356,9 +356,12 @@ def test_a_store_failure_stops_the_actor_instead_of_trusting_its_state(env: Env)
     with pytest.raises(StoreError):  # the caller learns why (the proxy answers 503)
         ask_blocking(ref, admit("c2", "s1"))
     deadline = time.monotonic() + 5
-    while not env.failures and time.monotonic() < deadline:
+    while (not env.failures or ref.is_alive()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(env.failures) == 1  # and the actor stopped: its state folded a lost event
+    # Asked only once it has stopped: a message told to an actor still stopping is dropped
+    # unanswered, and the ask would wait out its whole 10 s timeout to say the same.
+    assert not ref.is_alive()
     with pytest.raises(ActorUnavailable):
         ask_blocking(ref, admit("c3", "s1"))
 
