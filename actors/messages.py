@@ -19,6 +19,7 @@ from sessionwarden.store import NewEvent, StreamAppend
 
 __all__ = [
     "Abandon",
+    "AdjustIterations",
     "AdmissionGranted",
     "AdmissionRefused",
     "Admit",
@@ -26,6 +27,7 @@ __all__ = [
     "BudgetOf",
     "Committed",
     "Complete",
+    "CountChild",
     "HasCaps",
     "KeyFailed",
     "Lease",
@@ -166,6 +168,29 @@ class RequestCompaction(msgspec.Struct, frozen=True):
 
     session_id: str
     focus: str = ""
+
+
+class CountChild(msgspec.Struct, frozen=True):
+    """Count a child session's call in ``session_id``'s (its parent's) current turn.
+
+    Told, not asked: the child's call goes on whatever the parent records. No reply.
+    """
+
+    session_id: str
+    child: str
+    call_id: str
+
+
+class AdjustIterations(msgspec.Struct, frozen=True):
+    """Consume and refund iterations of ``session_id``'s current turn (the control API).
+
+    Reply: the session's ``domain.session.Turn`` once IterationsAdjusted is durable; None
+    when the session is unknown or has no turn yet.
+    """
+
+    session_id: str
+    consume: int = 0
+    refund: int = 0
 
 
 class AdoptPrepared(msgspec.Struct, frozen=True):

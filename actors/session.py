@@ -29,11 +29,13 @@ from sessionwarden.actors.bridge import PENDING, GovernedActor, Reply
 from sessionwarden.actors.errors import ActorCrash
 from sessionwarden.actors.messages import (
     Abandon,
+    AdjustIterations,
     AdmissionGranted,
     AdmissionRefused,
     Admit,
     AdoptPrepared,
     Complete,
+    CountChild,
     NeedsWork,
     RecordRefusal,
     RequestCompaction,
@@ -70,7 +72,14 @@ from sessionwarden.domain.context.summariser import (
 from sessionwarden.domain.context.transcript import content_key
 from sessionwarden.domain.cost.price_book import PriceBook
 from sessionwarden.domain.errors import UnknownCall
-from sessionwarden.domain.session import SessionState, recover, resume, session_stream
+from sessionwarden.domain.session import (
+    SessionState,
+    adjusted,
+    child_counted,
+    recover,
+    resume,
+    session_stream,
+)
 from sessionwarden.events import (
     CODEC,
     CallResent,
@@ -179,6 +188,8 @@ class SessionActor(GovernedActor):
             return self._request_compaction(message, reply)
         if isinstance(message, AdoptPrepared):
             return self._adopt_prepared(message, reply)
+        if isinstance(message, CountChild | AdjustIterations):
+            return self._count(message, reply)
         if isinstance(message, RecordRefusal):
             state = self._get(message.request.session_id)
             return self._conclude(state, Refused(
@@ -272,6 +283,8 @@ class SessionActor(GovernedActor):
                 # Adopted with the events: should the append fail, the actor restarts
                 # and the session is loaded afresh, without it.
                 state.adopt(verdict.request.context)
+            if verdict.request.guards is not None:
+                state.guards = verdict.request.guards
             answer = AdmissionGranted(verdict.request)
         else:
             answer = AdmissionRefused(verdict.status, verdict.message, verdict.code,
@@ -305,6 +318,21 @@ class SessionActor(GovernedActor):
         state.fold(event)
         part = StreamAppend(session_stream(state.session_id), (new_event(event),), ANY)
         self._append(state.session_id, [part], reply, True)
+        return PENDING
+
+    def _count(self, message: CountChild | AdjustIterations, reply: Reply) -> object:
+        """A child's call counted in this turn, or the control API's adjustment."""
+        state = self._get(message.session_id)
+        event: Event | None
+        if isinstance(message, CountChild):
+            event = child_counted(state.turn, message.call_id, message.child)
+        else:
+            event = adjusted(state.turn, message.consume, message.refund)
+        if event is None or not state.started:
+            return None
+        state.fold(event)
+        part = StreamAppend(session_stream(state.session_id), (new_event(event),), ANY)
+        self._append(state.session_id, [part], reply, state.turn)
         return PENDING
 
     def _adopt_prepared(self, message: AdoptPrepared, reply: Reply) -> object:

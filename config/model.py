@@ -311,15 +311,20 @@ class CompressionConfig(_Section, frozen=True):
 
 
 class BudgetsConfig(_Section, frozen=True):
-    """``[budgets]``: iteration budgets (0 = unlimited) and USD caps (None = no cap).
+    """``[budgets]``: iteration budgets (0 or less = unlimited) and USD caps (None = no cap).
 
-    ``session_usd`` caps each session with its subtree (its ``X-Session-Parent``
-    children), ``daily_usd`` every call of a UTC day. ``allow_unpriced`` lets a model with
-    no price run under a cap (refused by default: its cost cannot be held).
+    ``max_iterations`` bounds the calls of one turn (``child_max_iterations`` a child
+    session's, named with ``X-Session-Parent``); ``on_exhausted`` says how the calls after
+    the grace call are answered: ``"answer"`` (an ordinary answer saying the budget is
+    spent) or ``"error"`` (429 ``iteration_budget_exhausted``). ``session_usd`` caps each
+    session with its subtree (its ``X-Session-Parent`` children), ``daily_usd`` every call
+    of a UTC day. ``allow_unpriced`` lets a model with no price run under a cap (refused
+    by default: its cost cannot be held).
     """
 
-    max_iterations: _NonNegative = 90
-    child_max_iterations: _NonNegative = 50
+    max_iterations: int = 90
+    child_max_iterations: int = 50
+    on_exhausted: Literal["answer", "error"] = "answer"
     session_usd: Decimal | None = None
     daily_usd: Decimal | None = None
     allow_unpriced: bool = False
@@ -337,6 +342,8 @@ class GuardrailsConfig(_Section, frozen=True):
     exact_failure: tuple[_Positive, _Positive] = (2, 5)
     same_tool_failure: tuple[_Positive, _Positive] = (3, 8)
     idempotent_no_progress: tuple[_Positive, _Positive] = (2, 5)
+    #: Web searches one turn may make (0: no cap); the call past it is stopped.
+    max_web_searches: _NonNegative = 50
 
     def __post_init__(self) -> None:
         """Each pair must warn no later than it stops."""

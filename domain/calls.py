@@ -23,9 +23,11 @@ from sessionwarden.domain.session import SessionState
 from sessionwarden.domain.usage.canonical import CanonicalUsage, normalise_usage, tokens_from_chars
 from sessionwarden.events import CallAttempt, CallCompleted, RequestRecord
 
-__all__ = ["MAX_RAW_USAGE_CHARS", "UNHELD_PURPOSES", "CallAttempt", "CallOutcome", "CallRequest",
-           "RequestShape", "complete_call"]
+__all__ = ["MAX_RAW_USAGE_CHARS", "SOURCE_NOT_SENT", "UNHELD_PURPOSES", "CallAttempt",
+           "CallOutcome", "CallRequest", "LocalReply", "RequestShape", "complete_call"]
 
+#: The cost source of a call the daemon answered itself: nothing was sent.
+SOURCE_NOT_SENT = "not_sent"
 #: A flagged or rejected usage block is kept, redacted, up to this many characters.
 MAX_RAW_USAGE_CHARS = 2000
 
@@ -64,6 +66,21 @@ class RequestShape(msgspec.Struct, frozen=True):
     native_compaction: bool = False
 
 
+class LocalReply(msgspec.Struct, frozen=True):
+    """The daemon answers a call itself, without sending it (a runaway turn, issue 25).
+
+    ``refused`` is what the answer's ``x-sessionwarden-refused`` header says
+    (``iteration_budget``, ``guardrail``); ``text`` the answer's text, or the error's
+    message; ``status`` 200 for an ordinary answer (no tool calls, an ordinary stop),
+    else an error with ``code``.
+    """
+
+    refused: str
+    text: str
+    status: int = 200
+    code: str = ""
+
+
 class CallRequest(msgspec.Struct, frozen=True):
     """A call asking to enter its session: who, where to, and the request itself.
 
@@ -87,6 +104,14 @@ class CallRequest(msgspec.Struct, frozen=True):
     ``budget`` is the UsageLedgerActor's answer before the pipeline runs: a
     ``domain.cost.caps.Reservation`` (held), a ``domain.cost.caps.Refusal`` (the
     ``budgets`` stage refuses it), or None (no ledger).
+
+    Set by the runaway stage (``domain.admission.runaway_stage``): ``notices``, runtime
+    notices the context stage appends to the forwarded history (a guardrail's warning,
+    the grace call's request to wrap up), and ``reply``, when the daemon answers the call
+    itself instead of sending it; ``guards``, the turn's guardrail state should the call
+    be admitted (adopted by the session's actor, like ``context``). ``parent_turn`` is
+    the parent session's turn as the log knows it, ``(used, limit)``, for a child
+    session's call (``X-Session-Parent``).
     """
 
     call_id: str
@@ -106,6 +131,10 @@ class CallRequest(msgspec.Struct, frozen=True):
     budget: Any = None
     continues: str = ""
     carried_tokens: int = 0
+    notices: tuple[str, ...] = ()
+    reply: LocalReply | None = None
+    guards: Any = None
+    parent_turn: tuple[int, int] | None = None
 
     @property
     def estimated_tokens(self) -> int:
@@ -160,6 +189,8 @@ def _usage(
     outcome: CallOutcome, estimated_prompt: int, redact: Callable[[str], str]
 ) -> tuple[CanonicalUsage, tuple[str, ...], str]:
     """Canonical usage, flags and the raw block to keep (only when something was off)."""
+    if outcome.outcome == "answered":
+        return CanonicalUsage(source="estimated"), (), ""  # nothing sent: no tokens
     if outcome.outcome == "unknown":
         # Admitted before a crash: it may have been sent and billed. Our estimate of the
         # prompt, flagged, is the honest figure; zero would hide a possible cost.
@@ -212,6 +243,10 @@ def complete_call(
     if limits is None and outcome.rate_limit_headers:
         limits = parse_rate_limits(dict(outcome.rate_limit_headers), now)
     priced = _price(usage, call.provider, call.model, now, prices)
+    if outcome.outcome == "answered":
+        # Answered by the daemon, never sent: exactly nothing was billed.
+        priced = Cost(amount=Decimal(0), status="actual", source=SOURCE_NOT_SENT,
+                      version="")
     if priced is not None and priced.flags:
         flags = (*flags, *priced.flags)
     return CallCompleted(

@@ -39,12 +39,15 @@ from sessionwarden.events import (
     ContextCompressed,
     ContextLimits,
     Event,
+    IterationCounted,
+    IterationsAdjusted,
     SessionStarted,
     SummariserFailed,
 )
 from sessionwarden.events.times import parse_time
 
-__all__ = ["OpenCall", "SessionState", "recover", "session_id_of", "session_stream"]
+__all__ = ["OpenCall", "SessionState", "Turn", "adjusted", "child_counted", "recover",
+           "session_id_of", "session_stream"]
 
 _PREFIX = "session-"
 
@@ -57,6 +60,41 @@ def session_stream(session_id: str) -> str:
 def session_id_of(stream: str) -> str | None:
     """The session a stream belongs to, or None for another kind of stream."""
     return stream[len(_PREFIX):] if stream.startswith(_PREFIX) else None
+
+
+class Turn(NamedTuple):
+    """The session's current turn as its IterationCounted events left it (events.runaway).
+
+    ``items`` and ``last``: the client's items at the last counted call (how many, and
+    the identity of the last), by which a resend is recognised and new items are found.
+    """
+
+    turn: str
+    used: int
+    limit: int
+    decision: str
+    items: int
+    last: str
+
+
+def child_counted(turn: Turn | None, call_id: str, child: str) -> IterationCounted | None:
+    """A child session's call, counted in this (its parent's) turn; None with no turn yet."""
+    if turn is None:
+        return None
+    return IterationCounted(call_id=call_id, turn=turn.turn, used=turn.used + 1,
+                            limit=turn.limit, decision=turn.decision, items=turn.items,
+                            last=turn.last, child=child)
+
+
+def adjusted(turn: Turn | None, consume: int, refund: int) -> IterationsAdjusted | None:
+    """The turn's count after the control API consumed and refunded; None with no turn.
+
+    Never below zero: a refund of more than was used leaves none used.
+    """
+    if turn is None:
+        return None
+    used = max(0, turn.used + consume - refund)
+    return IterationsAdjusted(consumed=consume, refunded=refund, used=used)
 
 
 class OpenCall(NamedTuple):
@@ -87,10 +125,14 @@ class SessionState:
         preparing: the call whose compression is being prepared ahead ("": none).
         prepared: a compaction prepared ahead, ready to apply
             (``domain.context.prepared``; None: none).
+        turn: the current turn's iterations (``domain.admission.runaway_stage``; None
+            before the first counted call).
+        guards: the turn's tool-loop guard state (memory only: rebuilt from the turn's
+            items at its next call; ``domain.runaway.guardrails``).
     """
 
-    __slots__ = ("calibration", "calls", "compaction", "context", "limits", "lost", "open",
-                 "prepared", "preparing", "refused", "session_id", "started")
+    __slots__ = ("calibration", "calls", "compaction", "context", "guards", "limits", "lost",
+                 "open", "prepared", "preparing", "refused", "session_id", "started", "turn")
 
     def __init__(self, session_id: str, *, started: bool = False, calls: int = 0,
                  refused: int = 0, open_calls: dict[str, OpenCall] | None = None) -> None:
@@ -107,6 +149,8 @@ class SessionState:
         self.lost = ""
         self.preparing = ""
         self.prepared: PreparedCompression | None = None
+        self.turn: Turn | None = None
+        self.guards: object = None
 
     def fold(self, event: Event) -> None:
         """Apply one of the session's events."""
@@ -129,6 +173,14 @@ class SessionState:
             if call is not None:  # the route taken now: the completion is priced for it
                 self.open[event.call_id] = call._replace(provider=event.provider,
                                                          model=event.model)
+        elif isinstance(event, IterationCounted) and not event.child:
+            self.turn = Turn(event.turn, event.used, event.limit, event.decision, event.items,
+                             event.last)
+        elif isinstance(event, IterationCounted) and self.turn is not None:
+            # A child's call counts in this turn; what the client sent here is unchanged.
+            self.turn = self.turn._replace(used=event.used)
+        elif isinstance(event, IterationsAdjusted) and self.turn is not None:
+            self.turn = self.turn._replace(used=event.used)
         elif isinstance(event, CompactionRequested):
             self.compaction = event.focus
         elif isinstance(event, CompactionSkipped):

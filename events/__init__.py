@@ -38,6 +38,7 @@ from sessionwarden.events.errors import EventDecodeError, EventError, UnknownEve
 from sessionwarden.events.keys import BreakerChanged, KeyStateChanged
 from sessionwarden.events.prices import ListedPrice, PriceListingPublished
 from sessionwarden.events.ratelimits import RateLimitBucketSeen, RateLimitsObserved
+from sessionwarden.events.runaway import GuardrailTripped, IterationCounted, IterationsAdjusted
 from sessionwarden.events.session import (
     OUTCOMES,
     SESSION_UPCASTERS,
@@ -86,7 +87,10 @@ __all__ = [
     "EventCodec",
     "EventDecodeError",
     "EventError",
+    "GuardrailTripped",
     "HistoryReset",
+    "IterationCounted",
+    "IterationsAdjusted",
     "KeyStateChanged",
     "ListedPrice",
     "PriceListingPublished",
@@ -132,6 +136,9 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     PriceListingPublished,
     KeyStateChanged,
     BreakerChanged,
+    IterationCounted,
+    GuardrailTripped,
+    IterationsAdjusted,
 )
 
 #: Every upcaster from a retired tag to its successor.

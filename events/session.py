@@ -137,10 +137,12 @@ class CallResent(Event, frozen=True):
 #: stream the upstream broke off before its end; ``client_disconnected``: the client went
 #: away first; ``no_credential``: admitted, but no key could serve it (nothing sent);
 #: ``cancelled``: the daemon stopped past its grace period; ``unknown``: admitted before
-#: a crash and completed at the next start (it may have been sent, and billed).
+#: a crash and completed at the next start (it may have been sent, and billed);
+#: ``answered``: the daemon answered the call itself, nothing sent (a turn past its
+#: iteration budget, a guardrail stop): no tokens, cost exactly 0 (source ``not_sent``).
 OUTCOMES = (
     "ok", "upstream_error", "unreachable", "timeout", "truncated", "client_disconnected",
-    "no_credential", "cancelled", "unknown",
+    "no_credential", "cancelled", "unknown", "answered",
 )
 
 

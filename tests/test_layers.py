@@ -52,7 +52,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 DOMAIN_RANKS: dict[str, int] = {
     "errors": 0, "__init__": 0,
     "keys": 1, "context": 1,
-    "usage": 2,
+    "usage": 2, "runaway": 2,
     "cost": 3,
     "classify": 4, "credits": 4,
     "session": 5,

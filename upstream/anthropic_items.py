@@ -326,6 +326,7 @@ class AnthropicItems:
     """Anthropic ``messages``, one at a time: the :class:`ItemCodec` of this format."""
 
     items_key = "messages"
+    tool_choice_none = b'{"type":"none"}'
 
     def read_item(self, raw: bytes) -> Message | str:
         """The message as a neutral :class:`Message`, or why it is not a valid message.

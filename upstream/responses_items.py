@@ -258,6 +258,7 @@ class ResponsesItems:
     """Responses ``input`` items, one at a time: the :class:`ItemCodec` of this format."""
 
     items_key = "input"
+    tool_choice_none = b'"none"'
 
     def read_item(self, raw: bytes) -> Message | str:
         """The item as a neutral :class:`Message`, or why it is not a valid item.

@@ -18,7 +18,8 @@ recorded them; only a log older than that record shows the configured ones *now*
 Then the budget (``cmd/budget_status.read_budget``: the session's cap and its subtree's
 spend as the log has it; the control API replaces it with the UsageLedgerActor's live
 figures, reservations of calls in flight included) and the credit notices up for the key
-the session last used (``cmd/credit_status.active_notices``).
+the session last used (``cmd/credit_status.active_notices``), and the runaway guards'
+turn (``views/runaway_status.py``).
 """
 
 from datetime import datetime
@@ -48,6 +49,7 @@ from sessionwarden.text import printable
 from sessionwarden.views.budget_status import read_budget
 from sessionwarden.views.credit_status import active_notices, notice_line
 from sessionwarden.views.projections import read_buckets
+from sessionwarden.views.runaway_status import RunawayStatus, fold_runaway, runaway_lines
 
 __all__ = ["SessionStatus", "model_entry", "read_status", "status_json", "status_text"]
 
@@ -64,6 +66,7 @@ class SessionStatus(msgspec.Struct, frozen=True, kw_only=True):
     rate_limits: RateLimitLine | None = None
     budget: SessionBudget | None = None
     notices: tuple[dict[str, Any], ...] = ()
+    runaway: RunawayStatus | None = None
 
 
 def model_entry(config: Config, provider: str, model: str) -> ModelConfig | None:
@@ -100,7 +103,8 @@ def read_status(log: EventLog, config: Config, session_id: str,
                                window_tokens=window),
         usage=usage,
         rate_limits=_read_rate_limits(log, usage.last_provider, usage.last_credential),
-        budget=read_budget(log, config, session_id), notices=notices)
+        budget=read_budget(log, config, session_id), notices=notices,
+        runaway=fold_runaway(event for event, _ in events))
 
 
 def _read_rate_limits(log: EventLog, provider: str, credential: str) -> RateLimitLine | None:
@@ -158,6 +162,7 @@ def status_json(status: SessionStatus) -> dict[str, Any]:
     data["rate_limits"] = _rate_limits_json(status.rate_limits)
     data["budget"] = None if status.budget is None else _builtins(status.budget)
     data["notices"] = [_builtins(notice) for notice in status.notices]
+    data["runaway"] = None if status.runaway is None else _builtins(status.runaway)
     return data
 
 
@@ -336,6 +341,7 @@ def status_text(full: SessionStatus, now: datetime) -> str:
         focus = f", focus {printable(repr(pending.focus))}" if pending.focus else ""
         lines.append(f"compaction requested: {_time(pending.requested_at)}{focus} "
                      "(done at the session's next call)")
+    lines.extend(runaway_lines(full.runaway))
     if any(line.startswith(("cost: ", "  ")) and "~$" in line for line in lines):
         lines.append(ROUNDED_NOTE)
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from sessionwarden.views.projections import (
 from sessionwarden.views.responses import ResponsesView
 from sessionwarden.views.side_calls import SideCallsView
 from sessionwarden.views.summarisers import SummarisersView
+from sessionwarden.views.turns import TurnsView
 
 __all__ = ["default_projections"]
 
@@ -25,4 +26,4 @@ def default_projections() -> list[Projection]:
     """The views of a sessionwarden database, in the order they are applied."""
     return [StreamsView(), SessionsView(), LedgerView(), CredentialsView(), RateLimitsView(),
             SessionParentsView(), CreditsView(), SideCallsView(), SummarisersView(),
-            ResponsesView()]
+            ResponsesView(), TurnsView()]

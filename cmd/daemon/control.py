@@ -32,6 +32,13 @@ Rules:
   :data:`CAP_STEP_USD` at the finest. Answers the budget as GET does, once the
   SessionCapSet event is durable; the next call is judged by it.
 
+- ``POST /v1/sessions/{id}/iterations`` with ``{"consume": n}`` and/or ``{"refund": n}``
+  (whole numbers, 0 to :data:`MAX_ITERATIONS_STEP`): counts iterations of the session's
+  current turn that the daemon cannot see (an agent's own tool runs), or gives some back
+  (never below zero); answers ``{"session_id", "used", "budget", "remaining"}`` once the
+  IterationsAdjusted event is durable (``budget``/``remaining`` null when unlimited); 404
+  for a session with no counted call yet.
+
 - ``GET /v1/keys``: the leases in flight of every key, as the running pool holds them
   (the log records calls, not leases): ``{"keys": [{"provider", "fingerprint",
   "in_flight"}]}``. ``sessionwarden keys list`` asks it when a daemon runs beside it.
@@ -50,6 +57,7 @@ import msgspec
 from sessionwarden.actors.bridge import ask
 from sessionwarden.actors.errors import ActorUnavailable
 from sessionwarden.actors.messages import (
+    AdjustIterations,
     BudgetOf,
     LeasesInFlight,
     RequestCompaction,
@@ -64,7 +72,8 @@ from sessionwarden.store.errors import StoreError
 from sessionwarden.views.budget_status import read_budget
 from sessionwarden.views.session_status import read_status, status_json
 
-__all__ = ["CONTROL_PREFIX", "KEYS_PATH", "MAX_FOCUS_CHARS", "SESSION_ID", "control", "keys"]
+__all__ = ["CONTROL_PREFIX", "KEYS_PATH", "MAX_FOCUS_CHARS", "MAX_ITERATIONS_STEP", "SESSION_ID",
+           "control", "keys"]
 
 #: The keys' leases in flight.
 KEYS_PATH = "/v1/keys"
@@ -96,7 +105,10 @@ MAX_SESSION_USD = Decimal(1_000_000)
 #: written out as a megabyte of zeros by every view of it, and no price is that fine.
 CAP_STEP_USD = Decimal("1e-10")
 #: Each action after the session id, and the methods it answers.
-_ROUTES = {"": ("GET",), "compact": ("POST",), "budget": ("GET", "PUT")}
+_ROUTES = {"": ("GET",), "compact": ("POST",), "budget": ("GET", "PUT"),
+           "iterations": ("POST",)}
+#: The most iterations one request may consume or refund.
+MAX_ITERATIONS_STEP = 10_000
 
 
 async def control(rt: Runtime, method: str, path: str, receive: ASGIReceive,
@@ -119,6 +131,8 @@ async def control(rt: Runtime, method: str, path: str, receive: ASGIReceive,
         await _compact(rt, session_id, receive, send)
     elif action == "budget":
         await _budget(rt, session_id, method, receive, send)
+    elif action == "iterations":
+        await _iterations(rt, session_id, receive, send)
     else:
         await _status(rt, session_id, send)
 
@@ -160,6 +174,46 @@ async def _status(rt: Runtime, session_id: str, send: ASGISend) -> None:
         except Unavailable:
             pass  # the log's figures stand
     await send_json(send, 200, status_json(status))
+
+
+class _IterationsBody(msgspec.Struct, forbid_unknown_fields=True):
+    consume: int = 0
+    refund: int = 0
+
+
+_decode_iterations = msgspec.json.Decoder(_IterationsBody).decode
+
+
+async def _iterations(rt: Runtime, session_id: str, receive: ASGIReceive,
+                      send: ASGISend) -> None:
+    body = await _small_body(receive, send)
+    if body is None:
+        return
+    try:
+        asked = _decode_iterations(body or b"{}")
+    except msgspec.DecodeError as exc:
+        await send_error(send, 400, f"expected {{\"consume\": n}} or {{\"refund\": n}}: {exc}",
+                         code="invalid_iterations")
+        return
+    if not (0 <= asked.consume <= MAX_ITERATIONS_STEP and 0 <= asked.refund
+            <= MAX_ITERATIONS_STEP) or not (asked.consume or asked.refund):
+        await send_error(send, 400, "consume and refund are whole numbers from 0 to "
+                         f"{MAX_ITERATIONS_STEP:,}, at least one above 0",
+                         code="invalid_iterations")
+        return
+    try:
+        turn = await ask(rt.session_ref(session_id), AdjustIterations(
+            session_id, asked.consume, asked.refund))
+    except Unavailable as exc:
+        await _unavailable(send, "record the iterations", exc)
+        return
+    if turn is None:
+        await send_error(send, 404, f"session {session_id!r} has no turn yet (no call "
+                         "counted)", code="no_turn")
+        return
+    remaining = max(0, turn.limit - turn.used) if turn.limit > 0 else None
+    await send_json(send, 200, {"session_id": session_id, "used": turn.used,
+                                "budget": turn.limit or None, "remaining": remaining})
 
 
 async def _small_body(receive: ASGIReceive, send: ASGISend) -> bytes | None:

@@ -34,7 +34,8 @@ __all__ = ["SessionBudget", "budget_of", "session_budget", "spend_caps"]
 def spend_caps(state: SessionState, request: CallRequest, now: datetime) -> StageResult:
     """Refuse the call the ledger refused; let a reserved (or unjudged) call through."""
     decision = request.budget
-    if isinstance(decision, Refusal | ParentRefusal):
+    # A call the daemon answers itself is not sent: it costs nothing a cap could refuse.
+    if isinstance(decision, Refusal | ParentRefusal) and request.reply is None:
         return Refuse(decision.status, decision.message, decision.code, decision.kind,
                       retry_after_s=decision.retry_after_s)
     return Proceed(request)

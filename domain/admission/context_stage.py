@@ -51,7 +51,7 @@ from sessionwarden.domain.context.history import (
     recognise,
 )
 from sessionwarden.domain.context.markers import carry_markers, identities
-from sessionwarden.domain.context.messages import Message
+from sessionwarden.domain.context.messages import Message, Text
 from sessionwarden.domain.context.spill import resolve_limits
 from sessionwarden.domain.context.spill_turns import (
     SpillOutcome,
@@ -128,8 +128,10 @@ def govern(settings: ContextSettings, state: SessionState, request: CallRequest,
            now: datetime) -> StageResult:
     """The context stage (module doc); ``default_pipeline`` binds ``settings``."""
     conversation = request.body
-    if not isinstance(conversation, Conversation):
-        return Proceed(request)  # a wire format without a conversation adapter yet
+    if not isinstance(conversation, Conversation) or request.reply is not None:
+        # A wire format without a conversation adapter yet, or a call the daemon answers
+        # itself (the runaway stage): nothing is sent, so nothing is governed.
+        return Proceed(request)
     codec = conversation.codec
     items = conversation.items
     leading = _leading_system(codec, items)
@@ -200,7 +202,7 @@ def _extend(settings: ContextSettings, state: SessionState, call: _Call,
         else Item(call.digests[first + offset], len(call.rest[first + offset]),
                   tokens_of(message), None, first + offset)
         for offset, (message, raw) in enumerate(governed)
-    )
+    ) + _notices(codec, call.request.notices)
     history = GovernedHistory(
         client=(*base.client, *call.digests[first:]), items=(*base.items, *new_items),
         call_id=base.call_id, tokens=base.tokens + sum(i.tokens for i in new_items),
@@ -220,6 +222,20 @@ def _extend(settings: ContextSettings, state: SessionState, call: _Call,
                          known=[message for message, _ in governed], price=settings.price)
 
 
+def _notices(codec: ItemCodec, notices: Sequence[str]) -> tuple[Item, ...]:
+    """The runaway stage's notices, as items of the daemon's after the call's new ones.
+
+    Kept in the governed history like a summary (no client item stands for them), so the
+    next call forwards them where they were: the forwarded history stays append-only.
+    """
+    items = []
+    for text in notices:
+        message = Message(role="user", parts=(Text(text),))
+        raw = codec.write_item(message)
+        items.append(Item(digest(raw), len(raw), tokens_of(message), raw, -1))
+    return tuple(items)
+
+
 def _unread(base: GovernedHistory, governed: Sequence[tuple[Message, bytes | None]],
             new_items: Sequence[Item]) -> int | None:
     """``unread`` after appending: a provider's compaction among the new items moves it.
@@ -229,7 +245,8 @@ def _unread(base: GovernedHistory, governed: Sequence[tuple[Message, bytes | Non
     """
     unread = base.unread if base.items else 0
     tokens = base.tokens
-    for (message, _), item in zip(governed, new_items, strict=True):
+    # The notices after them (``_notices``) are never a compaction.
+    for (message, _), item in zip(governed, new_items[:len(governed)], strict=True):
         if natively_compacted(message):
             unread = tokens
         tokens += item.tokens

@@ -25,7 +25,15 @@ from typing import NamedTuple, Protocol
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.context.history import ContextUpdate
 from sessionwarden.domain.session import SessionState
-from sessionwarden.events import CallAdmitted, CallRefused, ContextLimits, Event, SessionStarted
+from sessionwarden.events import (
+    CallAdmitted,
+    CallRefused,
+    ContextLimits,
+    Event,
+    GuardrailTripped,
+    IterationCounted,
+    SessionStarted,
+)
 
 __all__ = [
     "Admitted",
@@ -208,7 +216,13 @@ def verdict_events(state: SessionState, verdict: Admitted | Refused) -> list[Eve
         events.append(SessionStarted(model=model,
                                      client=request.client,
                                      parent_session_id=request.parent_session or None))
-    events.extend(verdict.events)
+    if isinstance(verdict, Admitted):
+        events.extend(verdict.events)
+    else:
+        # A refused call was never sent: it is no iteration of its turn, and what the
+        # guards found is found again at the next call (events.runaway).
+        events.extend(e for e in verdict.events
+                      if not isinstance(e, IterationCounted | GuardrailTripped))
     if isinstance(verdict, Admitted):
         events.append(CallAdmitted(
             call_id=request.call_id, provider=request.provider, model=request.model,

@@ -1,10 +1,10 @@
 """The daemon's admission stages, in the order they run: the one place to add a stage.
 
-Today: request validation, spend caps (``domain.admission.caps_stage``: the ledger's
-reservation or refusal, recorded), then context governance
-(``domain.admission.context_stage``: recognition of the resent history, tool-result
-spill, compression). Planned, before context, in its own
-module: ``guardrails`` (iteration budget, tool-loop guardrails).
+Request validation, the runaway guards (``domain.admission.runaway_stage``: the turn's
+iteration budget and grace call, the tool-loop guardrails), spend caps
+(``domain.admission.caps_stage``: the ledger's reservation or refusal, recorded), then
+context governance (``domain.admission.context_stage``: recognition of the resent
+history, tool-result spill, compression).
 """
 
 from collections.abc import Callable, Collection
@@ -16,6 +16,7 @@ from sessionwarden.domain.admission.ahead import PriceOf
 from sessionwarden.domain.admission.caps_stage import spend_caps
 from sessionwarden.domain.admission.context_stage import ContextSettings, govern
 from sessionwarden.domain.admission.pipeline import Pipeline, StageResult, stage
+from sessionwarden.domain.admission.runaway_stage import RunawaySettings, govern_runaway
 from sessionwarden.domain.admission.validation import validate_request
 from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.session import SessionState
@@ -46,9 +47,14 @@ def default_pipeline(config: Config, spill_dir: str = "spill",
         settings = settings._replace(scrub=scrub)
     settings = settings._replace(evicted=evicted, price=price)
     bound = partial(govern, settings)
+    guarded = partial(govern_runaway, RunawaySettings.from_config(config))
+
+    @stage("runaway")
+    def runaway(state: SessionState, request: CallRequest, now: datetime) -> StageResult:
+        return guarded(state, request, now)
 
     @stage("context")
     def context(state: SessionState, request: CallRequest, now: datetime) -> StageResult:
         return bound(state, request, now)
 
-    return Pipeline([validate_request, spend_caps, context])
+    return Pipeline([validate_request, runaway, spend_caps, context])

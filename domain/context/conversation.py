@@ -26,6 +26,9 @@ class ItemCodec(Protocol):
     """One wire format's conversation items, read and written one at a time."""
 
     items_key: str
+    #: The request's ``tool_choice`` that lets the model call no tool, in this format, as
+    #: JSON (the runaway stage's grace call: the tools stay, so a tool history stays valid).
+    tool_choice_none: bytes
 
     def read_item(self, raw: bytes) -> Message | str:
         """The item as a neutral message, or a short sentence saying why it is invalid."""

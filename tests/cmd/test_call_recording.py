@@ -18,6 +18,7 @@ from sessionwarden.events import (
     CallAdmitted,
     CallCompleted,
     CallRefused,
+    IterationCounted,
     SessionStarted,
 )
 
@@ -35,9 +36,10 @@ def test_a_plain_call_is_two_events_admitted_with_what_was_sent_then_completed(
     with inprocess.openai(session="two") as client:
         for _ in range(3):
             client.chat.completions.create(model=MODEL, messages=MESSAGES)
+    # The first call also opens the turn's count (a resend of it is not counted again).
     assert inprocess.types("session-two") == [
-        SessionStarted.type_tag(), ADMITTED, COMPLETED, ADMITTED, COMPLETED, ADMITTED,
-        COMPLETED]
+        SessionStarted.type_tag(), IterationCounted.type_tag(), ADMITTED, COMPLETED,
+        ADMITTED, COMPLETED, ADMITTED, COMPLETED]
     # No lease events, no separate usage stream.
     kinds = {t for (t,) in inprocess.rows("SELECT DISTINCT type FROM events")}
     assert not any("lease" in k or k.startswith("usage.") for k in kinds)

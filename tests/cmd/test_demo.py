@@ -24,6 +24,7 @@ from sessionwarden.events import (
     CallCompleted,
     CallRefused,
     ContextCompressed,
+    IterationCounted,
     SessionStarted,
     ToolResultSpilled,
 )
@@ -44,11 +45,12 @@ _SESSION = re.compile(r", session (demo-[0-9a-f]+)$", re.MULTILINE)
 #: the call that sends its spilled result, 8 read_file turns until the 12,750-token
 #: threshold).
 _CALLS = 14
-#: Its session's stream: SessionStarted, per call CallAdmitted (with its request record)
-#: + CallCompleted, one ToolResultSpilled, one ContextCompressed. The log also has the
+#: Its session's stream: SessionStarted, per call IterationCounted (each call is one step
+#: of its turn) + CallAdmitted (with its request record) + CallCompleted, one
+#: ToolResultSpilled, one ContextCompressed. The log also has the
 #: spend cap step's session and its cap (SessionCapSet), and the checkpoint of the clean
 #: stop.
-_EVENTS = 1 + 2 * _CALLS + 1 + 1
+_EVENTS = 1 + 3 * _CALLS + 1 + 1
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -161,8 +163,8 @@ def test_the_demo_shows_a_spend_cap_refusing_a_call(tmp_path: Path) -> None:
     with EventLog(db, readonly=True) as log:
         events = [CODEC.decode(e.type, e.data)
                   for e in log.read_stream(session_stream(session), 0)]
-    assert [type(e) for e in events] == [SessionStarted, CallAdmitted, CallCompleted,
-                                         CallRefused]
+    assert [type(e) for e in events] == [SessionStarted, IterationCounted, CallAdmitted,
+                                         CallCompleted, CallRefused]
     refused = events[-1]
     assert isinstance(refused, CallRefused)
     assert (refused.stage, refused.status, refused.code) == ("budgets", 402, "cap_exhausted")

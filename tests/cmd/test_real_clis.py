@@ -128,7 +128,7 @@ def workdirs(tmp_path: Path) -> tuple[Path, Path]:
     return home, work
 
 
-def run_claude(daemon: Daemon, tmp_path: Path
+def run_claude(daemon: Daemon, tmp_path: Path, model: str = CLAUDE_MODEL
                ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """``claude -p TASK`` at the daemon, headless and traced; its result and strace log."""
     home, work = workdirs(tmp_path)
@@ -139,7 +139,7 @@ def run_claude(daemon: Daemon, tmp_path: Path
     }
     trace = tmp_path / "claude.strace"
     result = run_traced([str(CLAUDE), "-p", TASK, "--output-format", "json",
-                         "--allowedTools", "Bash", "--model", CLAUDE_MODEL], env, work, trace)
+                         "--allowedTools", "Bash", "--model", model], env, work, trace)
     assert result.returncode == 0, (result.stdout, result.stderr, daemon.stderr())
     return result, trace
 
@@ -284,3 +284,39 @@ def test_codex_history_is_recognised_from_round_to_round(
     daemon = daemon_factory(extra_config=extra(fake)).start()
     run_codex(daemon, tmp_path)
     assert resets(daemon) == [], resets(daemon)
+
+
+#: A budget of 3 and a model that would call Bash twelve times (issue 25).
+RUNAWAY = """
+[budgets]
+max_iterations = 3
+[[models]]
+name = "claude-agent-12"
+provider = "ant"
+context_length = 200000
+"""
+
+
+def test_claude_code_is_warned_then_wound_down_by_the_grace_call(
+        daemon_factory: DaemonMaker, fake: FakeProviderServer, tmp_path: Path) -> None:
+    need(CLAUDE)
+    # A command that always fails: Claude Code reports it with is_error.
+    fake.state.by_model["claude-agent-12"] = {"tool_name": "Bash",
+                                              "tool_command": "ls /nonexistent-sw-dir"}
+    daemon = daemon_factory(extra_config=extra(fake, RUNAWAY)).start()
+    result, trace = run_claude(daemon, tmp_path, model="claude-agent-12")
+    answer = json.loads(result.stdout)
+    # The run ends as a success, in four calls: no crash, no retry storm.
+    assert answer["subtype"] == "success" and answer["is_error"] is False, answer
+    bodies = [b for b in upstream_bodies(fake, "/v1/messages")
+              if b.get("model") == "claude-agent-12"]
+    assert len(bodies) == 4, len(bodies)
+    assert [b.get("tool_choice") for b in bodies][3] == {"type": "none"}
+    assert bodies[3]["tools"], "the tools stay in place"
+    warned = [b for b in bodies[:3] if "[sessionwarden runtime notice" in json.dumps(
+        b["messages"][-1])]
+    assert warned, "the repeated failure was warned before the grace call"
+    status = daemon.cli("status", "--session", answer["session_id"]).stdout
+    assert "turn: 4 iterations of 3; grace call" in status, status
+    assert "guardrail warnings:" in status, status
+    assert_local_only(trace)

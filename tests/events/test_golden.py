@@ -38,7 +38,10 @@ from sessionwarden.events import (
     CreditsObserved,
     Event,
     EventDecodeError,
+    GuardrailTripped,
     HistoryReset,
+    IterationCounted,
+    IterationsAdjusted,
     KeyStateChanged,
     ListedPrice,
     PriceListingPublished,
@@ -244,6 +247,13 @@ EXPECTED: dict[str, Event] = {
     "store.wal_checkpointed.v1": WalCheckpointed(
         mode="TRUNCATE", wal_frames=4096, checkpointed_frames=4096, reason="size"
     ),
+    "runaway.iteration_counted.v1": IterationCounted(
+        call_id="c3vd2xk7m4qa5bdk", turn="9e" * 16, used=4, limit=3, decision="grace",
+        items=17, last="5a" * 16, child="sub-agent-2"),
+    "runaway.guardrail_tripped.v1": GuardrailTripped(
+        call_id="c3vd2xk7m4qa5bdk", rule="exact_failure", level="stop", tool="shell",
+        signature="b4" * 32, count=5, stopped=True),
+    "runaway.iterations_adjusted.v1": IterationsAdjusted(consumed=2, refunded=1, used=5),
     "store.wal_checkpointed.v2": WalCheckpointed(
         mode="PASSIVE", wal_frames=1000, checkpointed_frames=998, reason="50 commits"
     ),

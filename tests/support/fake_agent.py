@@ -42,6 +42,13 @@ def agent_rounds(model: Any) -> int | None:
     return int(match.group(1)) if match.group(1) else 1
 
 
+def tools_allowed(body: dict[str, Any]) -> bool:
+    """Whether the request lets the model call a tool (``tool_choice`` none, in either
+    format, forbids it, as real providers honour it)."""
+    choice = body.get("tool_choice")
+    return choice != "none" and not (isinstance(choice, dict) and choice.get("type") == "none")
+
+
 def pick_tool(tools: Any, name: str | None) -> dict[str, Any] | None:
     """The tool an agent calls: the one named ``name``, else the first with a schema."""
     offered = [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []

@@ -42,6 +42,7 @@ from tests.support.fake_agent import (
     size,
     sse_event,
     tool_input,
+    tools_allowed,
 )
 from tests.support.fake_provider import (
     FakeOptions,
@@ -94,7 +95,8 @@ def _content(body: dict[str, Any], opts: FakeOptions) -> tuple[list[dict[str, An
         blocks.append({"type": "thinking", "thinking": thought,
                        "signature": opaque("signature", [thought, messages[-1:]])})
     rounds = agent_rounds(body.get("model"))
-    tool = pick_tool(body.get("tools"), opts.tool_name) if rounds is not None else None
+    tool = (pick_tool(body.get("tools"), opts.tool_name)
+            if rounds is not None and tools_allowed(body) else None)
     if tool is not None and rounds is not None and turns < rounds:
         blocks.append({"type": "tool_use", "id": new_id("toolu_"), "name": tool["name"],
                        "input": tool_input(tool.get("input_schema"),

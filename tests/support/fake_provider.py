@@ -91,6 +91,10 @@ class FakeOptions:
     # (known by its first user message) calls the first tool with {"path": tool_paths[k]};
     # then a text answer. Plain (not streamed) answers only.
     tool_paths: list[str] | None = None
+    # Or the k-th answer's arguments whole; a ``"tool"`` key in one names the offered tool
+    # it calls (default: the first).
+    tool_arguments: list[dict[str, Any]] | None = None
+    ignore_tool_choice: bool = False  # a model that calls tools though told not to
     # Messages/Responses only: the offered tool an ``agent`` model calls (default: the first).
     tool_name: str | None = None
     tool_command: str | None = None  # the shell command an ``agent`` model's tool call runs
@@ -257,17 +261,20 @@ def _tool_call(state: FakeProviderState, body: dict[str, Any],
                opts: FakeOptions) -> list[dict[str, Any]]:
     """The scripted agent's tool call for this request (``FakeOptions.tool_paths``), if any."""
     tools = body.get("tools")
-    if not opts.tool_paths or not isinstance(tools, list) or not tools:
+    script = opts.tool_arguments or [{"path": p} for p in opts.tool_paths or ()]
+    if not script or not isinstance(tools, list) or not tools:
+        return []
+    if body.get("tool_choice") == "none" and not opts.ignore_tool_choice:  # as real ones do
         return []
     msgs = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     first = next((_text(m.get("content")) for m in msgs if m.get("role") == "user"), "")
     done = state.next_round(first)
-    if done >= len(opts.tool_paths):
+    if done >= len(script):
         return []
-    name = tools[0].get("function", {}).get("name", "tool")
+    arguments = dict(script[done])
+    name = arguments.pop("tool", None) or tools[0].get("function", {}).get("name", "tool")
     return [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-             "function": {"name": name,
-                          "arguments": json.dumps({"path": opts.tool_paths[done]})}}]
+             "function": {"name": name, "arguments": json.dumps(arguments)}}]
 
 
 def _split(text: str, n: int) -> list[str]:

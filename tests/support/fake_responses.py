@@ -43,6 +43,7 @@ from tests.support.fake_agent import (
     size,
     sse_event,
     tool_input,
+    tools_allowed,
 )
 from tests.support.fake_provider import (
     FakeOptions,
@@ -87,7 +88,8 @@ def _output(body: dict[str, Any], opts: FakeOptions,
             item["encrypted_content"] = opaque("reasoning", [text, history[-1:]])
         output.append(item)
     rounds = agent_rounds(body.get("model"))
-    tool = pick_tool(body.get("tools"), opts.tool_name) if rounds is not None else None
+    tool = (pick_tool(body.get("tools"), opts.tool_name)
+            if rounds is not None and tools_allowed(body) else None)
     if tool is not None and rounds is not None and calls < rounds:
         output.append({"type": "function_call", "id": new_id("fc_"),
                        "call_id": new_id("call_"), "name": tool["name"],

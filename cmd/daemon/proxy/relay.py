@@ -72,6 +72,7 @@ from sessionwarden.cmd.daemon.proxy.failover import (
     retry_transport,
     route_around,
 )
+from sessionwarden.cmd.daemon.proxy.local import answer_locally, count_in_parent, parent_turn
 from sessionwarden.cmd.daemon.proxy.watch import ClientGone, ClientWatch
 from sessionwarden.cmd.daemon.runtime import Runtime
 from sessionwarden.config import UnknownModel
@@ -170,6 +171,14 @@ async def serve_door(
     admitted = await _admit(rt, call, leasing, send)
     if admitted is None:
         return
+    count_in_parent(rt, call, admitted)
+    if admitted.reply is not None:  # a runaway turn: answered here, never sent
+        try:
+            await answer_locally(rt, call, admitted, admitted.reply, _ids(call), send)
+        finally:
+            # Given back once recorded: the completion names no key, since none served it.
+            return_lease(rt, call, leasing)
+        return
     held = await _hold_key(rt, call, leasing, admitted, adapter, injected, send)
     if held is None:
         return
@@ -260,6 +269,7 @@ async def _arrive(rt: Runtime, door: Door, headers: dict[str, str], body: bytes,
         client=headers.get("user-agent", "")[:200], parent_session=parent,
         purpose=door.purpose, continues=continues,
         carried_tokens=chain.tokens if chain is not None else 0,
+        parent_turn=parent_turn(rt, parent),
     )
     return call, adapter, injected
 

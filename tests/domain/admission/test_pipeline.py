@@ -125,9 +125,9 @@ def test_a_stage_needing_work_pauses_and_resumes_where_it_stopped() -> None:
 # ------------------------------------------------------------------ validation
 
 
-def test_the_default_pipeline_is_validation_budgets_then_context() -> None:
+def test_the_default_pipeline_is_validation_runaway_budgets_then_context() -> None:
     assert [s.name for s in default_pipeline(Config()).stages] == [
-        "validation", "budgets", "context"]
+        "validation", "runaway", "budgets", "context"]
 
 
 @pytest.mark.parametrize(("kwargs", "status", "code"), [
