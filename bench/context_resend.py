@@ -72,6 +72,7 @@ from sessionwarden.domain.calls import CallRequest
 from sessionwarden.domain.context.history import ContextUpdate
 from sessionwarden.domain.context.spill_turns import SpillOutcome, SpillWork
 from sessionwarden.domain.session import SessionState
+from sessionwarden.events import IterationCounted
 from sessionwarden.store.errors import SpillUnavailable
 from sessionwarden.store.spill import SpillStore
 from sessionwarden.upstream.chat_completions import ChatCompletions
@@ -175,8 +176,11 @@ def retained(pipeline: Pipeline, body: bytes, store: SpillStore, now: datetime) 
 
 
 def event_names(verdict: Verdict) -> str:
+    """The context's events of a verdict (the runaway stage's count of the call aside)."""
     names: dict[str, int] = {}
     for event in verdict.events:
+        if isinstance(event, IterationCounted):
+            continue
         names[type(event).__name__] = names.get(type(event).__name__, 0) + 1
     return ", ".join(f"{n} {name}" for name, n in names.items()) or "none"
 

@@ -379,3 +379,87 @@ def test_the_agents_sdk_is_warned_then_wound_down_and_ends_its_run_cleanly(
     else:
         assert "iteration budget" in final and counted[-1].decision == "answer"
     assert len(counted) == (5 if obeys else 6)  # no retry storm: one call each
+
+
+# ------------------------------------------------------------ the other doors
+
+
+ANT = """
+[budgets]
+max_iterations = 2
+[[providers]]
+name = "ant"
+base_url = "{base}"
+api_mode = "anthropic_messages"
+keys = ["env:FAKE_KEY_A"]
+[[models]]
+name = "claude-agent-40"
+provider = "ant"
+context_length = 200000
+"""
+
+
+def test_a_streaming_messages_agent_gets_its_grace_call_then_an_anthropic_answer(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    import anthropic
+
+    daemon = daemon_with(made, tmp_path, fake, ANT.replace("{base}", fake.base_url))
+    sdk = anthropic.Anthropic(base_url=f"http://127.0.0.1:{daemon.port}",
+                              api_key=daemon.token, max_retries=0,
+                              default_headers={"X-Session-Id": "ant"})
+    read = {"name": "Read", "description": "Read a file", "input_schema": {
+        "type": "object", "required": ["file_path"],
+        "properties": {"file_path": {"type": "string"}}}}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Read the notes."}]
+    finals = []
+    for _ in range(4):
+        with sdk.messages.stream(model="claude-agent-40", max_tokens=200, tools=[read],
+                                 messages=messages) as stream:  # type: ignore[arg-type]
+            final = stream.get_final_message()
+            headers = stream.response.headers
+        finals.append((headers, final))
+        messages.append({"role": "assistant",
+                         "content": [b.model_dump(exclude_none=True) for b in final.content]})
+        uses = [b for b in final.content if b.type == "tool_use"]
+        if not uses:
+            break
+        results = []
+        for use in uses:  # really read the file: it is not there, so the tool fails
+            path = tmp_path / str(use.input["file_path"])  # type: ignore[index]
+            try:
+                results.append({"type": "tool_result", "tool_use_id": use.id,
+                                "content": path.read_text()})
+            except OSError as exc:
+                results.append({"type": "tool_result", "tool_use_id": use.id,
+                                "content": f"Error: {exc}", "is_error": True})
+        messages.append({"role": "user", "content": results})
+    sent = [r.body for r in fake.state.snapshot() if r.path.startswith("/v1/messages")]
+    # Two calls as sent, then the grace call: tools off in Anthropic's words, tools kept.
+    assert len(sent) == 3 and "tool_choice" not in sent[0] and "tool_choice" not in sent[1]
+    assert sent[2]["tool_choice"] == {"type": "none"} and sent[2]["tools"] == [read]
+    notice = sent[2]["messages"][-1]
+    assert notice["role"] == "user" and NOTICE in json.dumps(notice)
+    assert finals[-1][1].stop_reason == "end_turn"
+    # The agent calls again in the same turn: the daemon answers, in Anthropic's stream.
+    with sdk.messages.stream(model="claude-agent-40", max_tokens=200, tools=[read],
+                             messages=messages) as stream:  # type: ignore[arg-type]
+        answered = stream.get_final_message()
+        assert stream.response.headers["x-sessionwarden-refused"] == "iteration_budget"
+    assert answered.stop_reason == "end_turn" and "iteration budget" in json.dumps(
+        answered.model_dump())
+    assert len([r for r in fake.state.snapshot() if r.path.startswith("/v1/messages")]) == 3
+
+
+def test_a_daemon_answer_streams_as_chat_chunks(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = daemon_with(made, tmp_path, fake, "[budgets]\nmax_iterations = 1\n")
+    script(fake, [{"command": "true"}] * 5)
+    agent = Agent(daemon, tmp_path, "streamed")
+    agent.ask("go", calls=2)  # the first call, then the grace call
+    # The same turn goes on (no new user message), streamed: answered in chunks.
+    chunks = list(agent.client.chat.completions.create(
+        model=MODEL, messages=agent.messages, stream=True))  # type: ignore[arg-type]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks).startswith(NOTICE)
+    assert chunks[-1].choices[0].finish_reason == "stop" and len(upstream(fake)) == 2

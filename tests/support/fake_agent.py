@@ -32,6 +32,8 @@ SseResponse = Callable[[list[str], FakeOptions, dict[str, str]], Response]
 
 _AGENT = re.compile(r"agent(?:-(\d+))?")
 _COMMAND = "echo fake-tool-ran"
+#: How the daemon's runtime notices begin: a scripted agent does not take one for a task.
+NOTICE_PREFIX = "[sessionwarden runtime notice"
 
 
 def agent_rounds(model: Any) -> int | None:

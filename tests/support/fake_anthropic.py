@@ -30,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.support.fake_agent import (
+    NOTICE_PREFIX,
     SseResponse,
     agent_rounds,
     breaks_now,
@@ -63,9 +64,11 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _is_prompt(msg: dict[str, Any]) -> bool:
-    """Whether ``msg`` is the user's prompt: a user message holding no tool_result."""
+    """Whether ``msg`` is the user's prompt: a user message holding no tool_result (nor
+    only the daemon's runtime notice, which a model reads as a note, not a new task)."""
     return msg.get("role") == "user" and not any(
-        b.get("type") == "tool_result" for b in _blocks(msg.get("content")))
+        b.get("type") == "tool_result" for b in _blocks(msg.get("content"))) and not \
+        _text(msg.get("content")).startswith(NOTICE_PREFIX)
 
 
 def _turn(messages: list[dict[str, Any]]) -> tuple[str, int]:

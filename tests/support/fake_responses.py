@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.support.fake_agent import (
+    NOTICE_PREFIX,
     SseResponse,
     agent_rounds,
     breaks_now,
@@ -69,7 +70,9 @@ def _kind(item: dict[str, Any]) -> str:
 
 
 def _is_user(item: dict[str, Any]) -> bool:
-    return _kind(item) == "message" and item.get("role") == "user"
+    """A user's message, not the daemon's runtime notice (a note, not a new task)."""
+    return _kind(item) == "message" and item.get("role") == "user" and not \
+        _text(item.get("content")).startswith(NOTICE_PREFIX)
 
 
 def _output(body: dict[str, Any], opts: FakeOptions,
