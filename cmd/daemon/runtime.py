@@ -13,6 +13,7 @@ was admitted but never completed (the daemon died while it was in flight) with o
 """
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from functools import partial
@@ -197,6 +198,9 @@ class Runtime:
         ]
         #: The credit notices up per key, for the ``x-sessionwarden-notice`` header.
         self.credit_board = CreditBoard()
+        #: Each started session's parent ("" for none), as the log has it: a cache of
+        #: ``view_session_parents`` (``proxy/local.known_parent``), bounded.
+        self.parents: OrderedDict[str, str] = OrderedDict()
         #: The environment the keys resolve in (the balance poller's keys too).
         self.environ = environ
 

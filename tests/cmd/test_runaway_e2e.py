@@ -50,8 +50,9 @@ class Agent:
     """A minimal tool loop on the daemon: call, run the tools, send their results back."""
 
     def __init__(self, daemon: InProcessDaemon, cwd: Path, session: str,
-                 parent: str | None = None) -> None:
+                 parent: str | None = None, parent_once: bool = False) -> None:
         headers = {"X-Session-Parent": parent} if parent else {}
+        self.parent_once = parent_once
         self.client = daemon.openai(session=session)
         self.headers = headers
         self.cwd = cwd
@@ -71,6 +72,8 @@ class Agent:
             model=MODEL, messages=self.messages, tools=[SHELL, READ],  # type: ignore[arg-type]
             extra_headers=self.headers)
         completion = raw.parse()
+        if self.parent_once:  # named on the first call only: the log remembers it
+            self.headers = {}
         self.answers.append((raw.headers, completion))
         message = completion.choices[0].message
         self.messages.append(message.model_dump(exclude_none=True))
@@ -181,7 +184,7 @@ def test_a_child_session_is_bounded_by_its_own_budget_and_counts_in_its_parent(
     script(fake, [{"command": "true"}] * 10)
     parent = Agent(daemon, tmp_path, "lead")
     parent.ask("Delegate the work.", calls=1)
-    child = Agent(daemon, tmp_path, "lead.sub1", parent="lead")
+    child = Agent(daemon, tmp_path, "lead.sub1", parent="lead", parent_once=True)
     child.ask("Do the delegated part.", calls=10)
     # Two calls, the grace call, then the loop ends (the fake honours tool_choice none).
     assert [(e.used, e.decision) for e in events(daemon, "lead.sub1")
@@ -463,3 +466,48 @@ def test_a_daemon_answer_streams_as_chat_chunks(
         model=MODEL, messages=agent.messages, stream=True))  # type: ignore[arg-type]
     assert "".join(c.choices[0].delta.content or "" for c in chunks).startswith(NOTICE)
     assert chunks[-1].choices[0].finish_reason == "stop" and len(upstream(fake)) == 2
+
+
+RSP = """
+[budgets]
+max_iterations = 1
+[[providers]]
+name = "rsp"
+base_url = "{base}"
+api_mode = "codex_responses"
+keys = ["env:FAKE_KEY_A"]
+[[models]]
+name = "gpt-agent-10"
+provider = "rsp"
+context_length = 200000
+"""
+
+
+def test_a_responses_agent_gets_its_grace_call_then_a_responses_answer(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = daemon_with(made, tmp_path, fake, RSP.replace("{base}", fake.base_url))
+    sdk = daemon.openai(session="rsp")
+    shell = {"type": "function", "name": "shell", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}}}
+    items: list[Any] = [{"type": "message", "role": "user", "content": "Build it."}]
+    for _ in range(3):
+        raw = sdk.responses.with_raw_response.create(
+            model="gpt-agent-10", input=items, tools=[shell], store=False)  # type: ignore[arg-type]
+        response = raw.parse()
+        items += [item.model_dump(exclude_none=True) for item in response.output]
+        calls = [item for item in response.output if item.type == "function_call"]
+        for call in calls:
+            items.append({"type": "function_call_output", "call_id": call.call_id,
+                          "output": run_tool("shell", json.loads(call.arguments), tmp_path)})
+        if not calls:
+            break
+    sent = [r.body for r in fake.state.snapshot() if r.path == "/v1/responses"]
+    assert len(sent) == 2 and "tool_choice" not in sent[0]
+    assert sent[1]["tool_choice"] == "none" and sent[1]["tools"] == [shell]
+    assert NOTICE in json.dumps(sent[1]["input"][-1])
+    raw = sdk.responses.with_raw_response.create(
+        model="gpt-agent-10", input=items, tools=[shell], store=False)  # type: ignore[arg-type]
+    assert raw.headers["x-sessionwarden-refused"] == "iteration_budget"
+    assert raw.parse().status == "completed" and "iteration budget" in raw.parse().output_text
+    assert len([r for r in fake.state.snapshot() if r.path == "/v1/responses"]) == 2

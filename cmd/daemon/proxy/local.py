@@ -22,10 +22,36 @@ from sessionwarden.errors import Unavailable
 from sessionwarden.upstream.answers import local_answer
 from sessionwarden.views.turns import turn_of
 
-__all__ = ["REFUSED_HEADER", "answer_locally", "count_in_parent", "parent_turn"]
+__all__ = ["REFUSED_HEADER", "answer_locally", "count_in_parent", "known_parent",
+           "parent_turn"]
 
 #: The header that says the daemon answered a call itself, and why.
 REFUSED_HEADER = b"x-sessionwarden-refused"
+#: Sessions whose parent (or its absence) is remembered between calls.
+_PARENTS_KEPT = 4096
+
+
+def known_parent(rt: Runtime, session_id: str) -> str:
+    """The parent ``session_id`` started with (``X-Session-Parent`` on its first call).
+
+    A subagent may name its parent on its first call only; the log remembers it
+    (``view_session_parents``), read once per session and kept for the next calls.
+    """
+    cache = rt.parents
+    found = cache.get(session_id)
+    if found is not None:
+        cache.move_to_end(session_id)
+        return found
+    row = rt.log.read_connection().execute(
+        "SELECT p.parent FROM view_sessions s LEFT JOIN view_session_parents p"
+        " ON p.session_id = s.session_id WHERE s.session_id = ?", (session_id,)).fetchone()
+    if row is None:
+        return ""  # not started yet: its first call names its parent, or it has none
+    # A session starts once: its parent, or its having none, never changes.
+    cache[session_id] = found = str(row[0] or "")
+    while len(cache) > _PARENTS_KEPT:
+        cache.popitem(last=False)
+    return found
 
 
 def parent_turn(rt: Runtime, parent: str) -> tuple[int, int] | None:

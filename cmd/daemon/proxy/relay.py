@@ -72,7 +72,12 @@ from sessionwarden.cmd.daemon.proxy.failover import (
     retry_transport,
     route_around,
 )
-from sessionwarden.cmd.daemon.proxy.local import answer_locally, count_in_parent, parent_turn
+from sessionwarden.cmd.daemon.proxy.local import (
+    answer_locally,
+    count_in_parent,
+    known_parent,
+    parent_turn,
+)
 from sessionwarden.cmd.daemon.proxy.watch import ClientGone, ClientWatch
 from sessionwarden.cmd.daemon.runtime import Runtime
 from sessionwarden.config import UnknownModel
@@ -237,6 +242,8 @@ async def _arrive(rt: Runtime, door: Door, headers: dict[str, str], body: bytes,
             send, 400, "X-Session-Parent must be 1-128 characters of A-Z a-z 0-9 . _ : @ -"
         )
         return None
+    # Named on a subagent's first call, remembered for the others (its runaway guards).
+    parent = parent or known_parent(rt, session_id)
     try:
         provider, upstream_model = rt.route(shape.model, door.adapter.api_mode)
     except UnknownModel as exc:
