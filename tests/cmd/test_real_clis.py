@@ -144,12 +144,12 @@ def run_claude(daemon: Daemon, tmp_path: Path, model: str = CLAUDE_MODEL
     return result, trace
 
 
-def run_codex(daemon: Daemon, tmp_path: Path
+def run_codex(daemon: Daemon, tmp_path: Path, model: str = CODEX_MODEL
               ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """``codex exec TASK`` at the daemon, stdin closed and traced; its result and log."""
     home, work = workdirs(tmp_path)
     env = clean_env() | {
-        "HOME": str(home), "CODEX_HOME": str(codex_home(tmp_path / "codex", daemon)),
+        "HOME": str(home), "CODEX_HOME": str(codex_home(tmp_path / "codex", daemon, model)),
         "SW_KEY": daemon.token,
     }
     trace = tmp_path / "codex.strace"
@@ -192,11 +192,11 @@ def test_claude_code_runs_bash_rounds_through_the_daemon(
     assert_local_only(trace)
 
 
-def codex_home(path: Path, daemon: Daemon) -> Path:
+def codex_home(path: Path, daemon: Daemon, model: str = CODEX_MODEL) -> Path:
     """A CODEX_HOME whose config.toml points Codex at the daemon, nothing else on."""
     path.mkdir()
     (path / "config.toml").write_text(
-        f'model = "{CODEX_MODEL}"\n'
+        f'model = "{model}"\n'
         'model_provider = "sw"\n'
         "check_for_update_on_startup = false\n"
         "[analytics]\nenabled = false\n"
@@ -286,13 +286,17 @@ def test_codex_history_is_recognised_from_round_to_round(
     assert resets(daemon) == [], resets(daemon)
 
 
-#: A budget of 3 and a model that would call Bash twelve times (issue 25).
+#: A budget of 3 and models that would call their shell twelve times (issue 25).
 RUNAWAY = """
 [budgets]
 max_iterations = 3
 [[models]]
 name = "claude-agent-12"
 provider = "ant"
+context_length = 200000
+[[models]]
+name = "gpt-agent-12"
+provider = "oai"
 context_length = 200000
 """
 
@@ -319,4 +323,25 @@ def test_claude_code_is_warned_then_wound_down_by_the_grace_call(
     status = daemon.cli("status", "--session", answer["session_id"]).stdout
     assert "turn: 4 iterations of 3; grace call" in status, status
     assert "guardrail warnings:" in status, status
+    assert_local_only(trace)
+
+
+def test_codex_is_warned_then_wound_down_by_the_grace_call(
+        daemon_factory: DaemonMaker, fake: FakeProviderServer, tmp_path: Path) -> None:
+    need(CODEX)
+    fake.state.by_model["gpt-agent-12"] = {"tool_name": "exec_command",
+                                           "tool_command": "ls /nonexistent-sw-dir"}
+    daemon = daemon_factory(extra_config=extra(fake, RUNAWAY)).start()
+    result, trace = run_codex(daemon, tmp_path, model="gpt-agent-12")
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert "turn.completed" in [e.get("type") for e in events], result.stderr
+    bodies = [b for b in upstream_bodies(fake, "/v1/responses")
+              if b.get("model") == "gpt-agent-12"]
+    assert len(bodies) == 4, len(bodies)
+    assert bodies[3].get("tool_choice") == "none" and bodies[3]["tools"]
+    assert any("[sessionwarden runtime notice" in json.dumps(b["input"][-1])
+               for b in bodies[:3]), "the repeated failure was warned before the grace call"
+    thread = next(e["thread_id"] for e in events if e.get("type") == "thread.started")
+    status = daemon.cli("status", "--session", thread).stdout
+    assert "turn: 4 iterations of 3; grace call" in status, status
     assert_local_only(trace)

@@ -197,3 +197,15 @@ def test_a_refused_call_is_no_iteration() -> None:
                       request([{"role": "user", "content": "go"}], "k0"),
                       (IterationCounted(call_id="k0", turn="t", used=1),))
     assert not [e for e in verdict_events(state, verdict) if isinstance(e, IterationCounted)]
+
+
+def test_an_unlimited_budget_forwards_every_call_and_counts_them_all() -> None:
+    for limit in (0, -5):
+        state, run = SessionState("s"), settings(limit)
+        task = [{"role": "user", "content": "go"}]
+        for n in range(120):
+            sent = admit(state, run, request(task + rounds(n, f"echo {n}"), f"k{n}",
+                                             tools=[SHELL]))
+            assert sent.reply is None and "tool_choice" not in json.loads(
+                sent.body.fields_bytes)
+        assert counts(state) == (120, "forward")
