@@ -353,6 +353,18 @@ class GuardrailsConfig(_Section, frozen=True):
                 raise InvalidField(field, "expected [warn_at, stop_at] with warn_at <= stop_at")
 
 
+class MetricsConfig(_Section, frozen=True):
+    """``[metrics]``: who may scrape ``GET /metrics``.
+
+    The daemon's token always may; ``token`` is a second one for a scraper that must not
+    hold the proxy's (empty: none); ``public`` opens the endpoint without a token, on a
+    daemon bound to loopback only.
+    """
+
+    token: str = ""
+    public: bool = False
+
+
 class Config(_Section, frozen=True):
     """The whole configuration; every section has defaults."""
 
@@ -363,6 +375,7 @@ class Config(_Section, frozen=True):
     compression: CompressionConfig = msgspec.field(default_factory=CompressionConfig)
     budgets: BudgetsConfig = msgspec.field(default_factory=BudgetsConfig)
     guardrails: GuardrailsConfig = msgspec.field(default_factory=GuardrailsConfig)
+    metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
 
     @property
     def has_caps(self) -> bool:

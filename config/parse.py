@@ -29,6 +29,7 @@ from sessionwarden.config.model import (
     DaemonConfig,
     GuardrailsConfig,
     InvalidField,
+    MetricsConfig,
     ModelConfig,
     OnSummaryFailure,
     PriceConfig,
@@ -51,6 +52,7 @@ _SECTIONS: dict[str, type[msgspec.Struct]] = {
     "compression": CompressionConfig,
     "budgets": BudgetsConfig,
     "guardrails": GuardrailsConfig,
+    "metrics": MetricsConfig,
 }
 _CHOICES: dict[str, tuple[str, ...]] = {
     "api_mode": API_MODES,
@@ -58,6 +60,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "billing": get_args(Billing),
     "summariser": get_args(Summariser),
     "on_summary_failure": get_args(OnSummaryFailure),
+    "on_exhausted": ("answer", "error"),
 }
 _AT = re.compile(r"(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?", re.DOTALL)
 

@@ -20,6 +20,7 @@ from sessionwarden.config import (
     Config,
     DaemonConfig,
     GuardrailsConfig,
+    MetricsConfig,
     ModelConfig,
     PriceConfig,
     ProviderConfig,
@@ -34,6 +35,7 @@ _SECTIONS: dict[str, type[msgspec.Struct]] = {
     "daemon": DaemonConfig, "providers": ProviderConfig, "models": ModelConfig,
     "tools": ToolsConfig, "compression": CompressionConfig, "budgets": BudgetsConfig,
     "guardrails": GuardrailsConfig,
+    "metrics": MetricsConfig,
 }
 
 

@@ -13,6 +13,7 @@ was admitted but never completed (the daemon died while it was in flight) with o
 """
 
 import asyncio
+import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -23,6 +24,7 @@ from typing import Any
 import msgspec
 import pykka
 from loguru import logger
+from prometheus_client import CollectorRegistry
 from sessionwarden.actors.bridge import ask_blocking, tell
 from sessionwarden.actors.checkpoint import CheckpointActor
 from sessionwarden.actors.credentials import CredentialPoolActor
@@ -51,6 +53,7 @@ from sessionwarden.redact import default_redactor
 from sessionwarden.store import EventLog
 from sessionwarden.store.spill import SpillStore, default_spill_dir
 from sessionwarden.upstream.client import UpstreamClient
+from sessionwarden.views.metrics import CallTimings, LogMetrics
 from sessionwarden.views.wiring import default_projections
 
 __all__ = ["Performer", "Runtime", "error_patterns", "spill_directory"]
@@ -198,6 +201,13 @@ class Runtime:
         ]
         #: The credit notices up per key, for the ``x-sessionwarden-notice`` header.
         self.credit_board = CreditBoard()
+        #: Where the metrics begin counting (the log's head at start), and the metrics,
+        #: made at the first scrape (``views/metrics.py``).
+        self.metrics_from = 0
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.timings = CallTimings(self.registry)
+        self._metrics: LogMetrics | None = None
+        self._metrics_lock = threading.Lock()
         #: Each started session's parent ("" for none), as the log has it: a cache of
         #: ``view_session_parents`` (``proxy/local.known_parent``), bounded.
         self.parents: OrderedDict[str, str] = OrderedDict()
@@ -236,6 +246,8 @@ class Runtime:
 
     def start(self) -> None:
         """Start every actor (each recovers its state from the log), then close orphans."""
+        # The metrics count from here: what came before is the log's history.
+        self.metrics_from = self.log.head()[0]
         self.listings.recover()  # the recorded price listings price the orphans too
         self.spills.recover()  # a directory over its quota (a lowered setting) is brought under
         self.supervisor.start()
@@ -267,6 +279,13 @@ class Runtime:
                            "recorded with outcome unknown (they may have been billed)",
                            len(rows))
         return len(rows)
+
+    def metrics(self) -> LogMetrics:
+        """The daemon's metrics, made at the first scrape (blocking: a worker thread's)."""
+        with self._metrics_lock:
+            if self._metrics is None:
+                self._metrics = LogMetrics(self.log, self.metrics_from, self.registry)
+            return self._metrics
 
     @property
     def caps_active(self) -> bool:

@@ -9,7 +9,8 @@ The checks, in this order: its line and headers are within
 ``max_header_kib`` (counted while they arrive, ``cmd/daemon/protocol.py``: 431 otherwise); there
 is exactly one Host header, it parses as host[:port] and names this machine (a loopback
 name, or the explicitly allowed bind address), which defeats DNS rebinding from a
-browser; every path but ``/healthz`` needs the daemon's token, as ``Authorization:
+browser; every path but ``/healthz`` (and ``/metrics``, see ``cmd/daemon/metrics.py``)
+needs the daemon's token, as ``Authorization:
 Bearer <token>`` or, the way Anthropic clients send a key, ``x-api-key: <token>``
 (compared in constant time); a body larger than the cap is refused with 413 as soon as
 its declared or received size exceeds it, without reading it whole.
@@ -38,6 +39,7 @@ from sessionwarden.cmd.daemon.http import (
     send_error,
     send_json,
 )
+from sessionwarden.cmd.daemon.metrics import METRICS_PATH, may_scrape, serve_metrics
 from sessionwarden.cmd.daemon.prepare import preparation_performers
 from sessionwarden.cmd.daemon.proxy.doors import Door, doors
 from sessionwarden.cmd.daemon.proxy.relay import serve_door
@@ -99,6 +101,8 @@ class DaemonApp:
         self._doors = doors()
         self._max_body = max_body_bytes
         self._hosts = _bracketed(frozenset(h.lower() for h in allowed_hosts))
+        # ``[metrics] public`` opens /metrics only on a daemon nobody else can reach.
+        self._loopback_only = self._hosts <= _bracketed(LOOPBACK_NAMES)
         self._started = time.time()
 
     async def __call__(
@@ -146,6 +150,10 @@ class DaemonApp:
         # Both compared, always: which one matched must not show in the time taken.
         bearer_ok = hmac.compare_digest(supplied, self._auth)
         key_ok = hmac.compare_digest(api_key, self._token)
+        if path == METRICS_PATH and may_scrape(self.runtime, supplied, bearer_ok or key_ok,
+                                               self._loopback_only):
+            await serve_metrics(self.runtime, method, send)
+            return
         if not (bearer_ok or key_ok):
             await send_error(send, 401, "missing or wrong bearer token", kind="auth_error",
                              code="unauthorized",

@@ -43,6 +43,7 @@ the call is charged what its reservation holds at most (``_relay_stream``).
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -430,10 +431,16 @@ async def _attempt(
     """
     assert call.lease is not None
     out_headers = forwarded_headers(headers, adapter.auth_headers(call.lease.secret))
+    first = call.sent_at is None
     call.sent_at = rt.clock.now()
+    provider = call.provider.name
+    if first:
+        rt.timings.sent(provider, time.perf_counter() - call.started)
     try:
         response = await client.race(
             rt.upstream.post(call.provider, adapter.path + call.endpoint, body, out_headers))
+        if first:
+            rt.timings.answered(provider, time.perf_counter() - call.started)
     except ClientGone:
         await complete(rt, call, call.outcome(
             "client_disconnected", error="the client left before the upstream answered"))
