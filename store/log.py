@@ -203,6 +203,12 @@ class EventLog:
             raise StoreProgrammingError("this event log was opened read-only")
         self._writer.add_commit_listener(listener)
 
+    def commit_stats(self) -> tuple[int, float]:
+        """The commits that wrote since this log was opened, and the seconds they took."""
+        if self._writer is None:
+            return 0, 0.0
+        return self._writer.commits, self._writer.commit_seconds
+
     # -- reading -----------------------------------------------------------------------
 
     def _reader(self) -> apsw.Connection:

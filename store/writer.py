@@ -23,6 +23,7 @@ heads is trusted only while the head is still the one this writer committed last
 
 import functools
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,6 +119,9 @@ class GroupCommitWriter:
         self._relay = Relay()
         #: Groups whose waiters were woken by relay (diagnostics and tests).
         self.relayed_groups = 0
+        #: Commits that wrote, and the seconds they took (metrics: the commit latency).
+        self.commits = 0
+        self.commit_seconds = 0.0
         self._thread = threading.Thread(target=self._run, name="sw-store-writer", daemon=True)
         self._thread.start()
 
@@ -229,6 +233,7 @@ class GroupCommitWriter:
     def _commit(self, group: list[AppendRequest]) -> None:
         outcomes: list[_Outcome]
         self._last_written = 0
+        began = time.perf_counter()
         try:
             try:
                 outcomes = retry_busy(
@@ -247,6 +252,9 @@ class GroupCommitWriter:
             outcomes = [(None, translate(exc, self._path))] * len(group)
         except Exception as exc:  # a bug must fail the appends, never kill the writer
             outcomes = [(None, _bug(exc))] * len(group)
+        if self._last_written:
+            self.commits += 1
+            self.commit_seconds += time.perf_counter() - began
         self._waiting = len(self._inbox)  # see _run: how many arrived during the write
         relayed = [r for r in group if r.relay is not None]
         relay = len(relayed) >= RELAY_MIN

@@ -20,10 +20,13 @@ Rules:
 
 import os
 import threading
+from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 from sessionwarden.domain.session import session_id_of
 from sessionwarden.events import (
     CODEC,
@@ -81,6 +84,21 @@ class CallTimings:
     def answered(self, provider: str, first_byte_s: float) -> None:
         """The upstream's answer began, ``first_byte_s`` after the call arrived."""
         self.first_byte.labels(provider).observe(first_byte_s)
+
+
+class _Commits(Collector):
+    """The log writer's own count of its commits and their time, read at each scrape."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+
+    def collect(self) -> Iterator[Metric]:
+        commits, seconds = self.log.commit_stats()
+        yield CounterMetricFamily("sessionwarden_log_commits",
+                                  "Commits of the event log that wrote", value=commits)
+        yield CounterMetricFamily("sessionwarden_log_commit_seconds",
+                                  "Time the log's commits took (rate: mean commit latency)",
+                                  value=seconds)
 
 
 class LogMetrics:
@@ -163,6 +181,7 @@ class LogMetrics:
         self.checkpoint = Gauge("sessionwarden_log_last_checkpoint_timestamp_seconds",
                                 "When the log's WAL was last checkpointed (Unix time)",
                                 registry=registry)
+        registry.register(_Commits(log))
         self._prime()
 
     def _prime(self) -> None:

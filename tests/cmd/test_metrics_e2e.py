@@ -71,6 +71,8 @@ def test_a_scrape_after_real_calls_counts_them_with_bounded_labels(
                  refused="iteration_budget") == 1
     assert value(found, "sessionwarden_log_events_total", kind="session") > 0
     assert value(found, "sessionwarden_log_wal_bytes") > 0
+    assert value(found, "sessionwarden_log_commits_total") > 0
+    assert value(found, "sessionwarden_log_commit_seconds_total") > 0
     # Timed by the proxy: the two calls that were sent, not the one answered here.
     assert value(found, "sessionwarden_time_to_first_byte_seconds_count", provider="fake") == 2
     assert value(found, "sessionwarden_proxy_added_seconds_count", provider="fake") == 2
