@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy import (
     LITELLM_MODEL,
@@ -69,6 +71,23 @@ def start_floor(workdir: Path, fake_url: str, procs: list[Proc], name: str,
     return proc, m.group(1)
 
 
+#: Scrapes made by :func:`scrape_every`: how many, and their median time.
+SCRAPES: dict[str, float] = {"count": 0, "median_ms": 0.0}
+
+
+async def scrape_every(url: str, period_s: float) -> None:
+    """GET ``url`` every ``period_s`` seconds (a Prometheus scraper) until cancelled."""
+    times: list[float] = []
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+        while True:
+            await asyncio.sleep(period_s)
+            began = time.perf_counter()
+            response = await client.get(url)
+            response.raise_for_status()
+            times.append((time.perf_counter() - began) * 1000)
+            SCRAPES.update(count=len(times), median_ms=round(statistics.median(times), 2))
+
+
 async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> None:
     fake, fake_url = start_fake(workdir, procs)
     floor, floor_url = start_floor(workdir, fake_url, procs, "floor", logged=False)
@@ -100,6 +119,9 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
         f"{loadavg()}")
     cpu: dict[str, list[float]] = {t.mode: [] for t in targets}
     p50: dict[str, list[float]] = {t.mode: [] for t in targets}
+    scraper = (asyncio.create_task(scrape_every(sw_url.removesuffix("/v1") + "/metrics",
+                                                args.scrape))
+               if args.scrape else None)
     for r in range(args.rounds):
         order = targets[r % len(targets):] + targets[: r % len(targets)]
         for t in order:
@@ -113,6 +135,10 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
         log(f"  after round {r + 1}: {loadavg()}")
     for t in targets:
         await t.client.aclose()
+    if scraper is not None:
+        scraper.cancel()
+        await asyncio.gather(scraper, return_exceptions=True)
+        log(f"scrapes of sessionwarden's /metrics during the run: {SCRAPES}")
 
     log("\ntarget          CPU ms/call (median)   p50 ms (median)")
     for t in targets:
@@ -145,6 +171,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000, help="timed calls per cell")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM")
+    parser.add_argument("--scrape", type=float, default=0.0, metavar="SECONDS",
+                        help="scrape sessionwarden's /metrics this often during the run")
     parser.add_argument("--compare-with", type=Path, metavar="CHECKOUT",
                         help="also run the daemon of another checkout (its .venv), as "
                              "'baseline': an A/B of two versions in one run")
