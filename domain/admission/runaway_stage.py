@@ -110,6 +110,15 @@ def govern_runaway(settings: RunawaySettings, state: SessionState, request: Call
         key, used = turn.turn, turn.used
         guards = _guards(settings.guards, state, turn, items, seen, codec.read_item)
         fresh = observations(window, since)
+    elif turn is not None and request.continues and opened is None:
+        # A link of a stored chain holds new items only: with no user message among
+        # them, the turn goes on (its calls are in the stored responses, so only what
+        # these items pair among themselves is observed).
+        key, used = turn.turn, turn.used
+        memory = state.guards
+        guards = (memory.guards if isinstance(memory, GuardMemory) and memory.turn == key
+                  else GuardState())
+        fresh = observations(new)
     else:
         # A new real user message opens a new turn; with no counted call to build on (a
         # first call, a history the client rewrote) the turn is the one the items show,

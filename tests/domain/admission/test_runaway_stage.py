@@ -209,3 +209,19 @@ def test_an_unlimited_budget_forwards_every_call_and_counts_them_all() -> None:
             assert sent.reply is None and "tool_choice" not in json.loads(
                 sent.body.fields_bytes)
         assert counts(state) == (120, "forward")
+
+
+def test_the_links_of_a_stored_chain_count_in_the_turn_they_continue() -> None:
+    state, run, wire = SessionState("s"), settings(2), Responses()
+    shell = {"tools": [{"type": "function", "name": "shell"}]}
+    first = request([{"type": "message", "role": "user", "content": "go"}], "k0", wire,
+                    **shell)
+    admit(state, run, first)
+    for n in (1, 2):  # each link sends only the last call's output
+        link = msgspec.structs.replace(request([{"type": "function_call_output",
+                                                 "call_id": f"c{n}", "output": "ok"}],
+                                               f"k{n}", wire, **shell),
+                                       continues=f"resp_{n}")
+        sent = admit(state, run, link)
+    assert counts(state) == (3, "grace")
+    assert json.loads(sent.body.fields_bytes)["tool_choice"] == "none"
