@@ -365,6 +365,19 @@ class MetricsConfig(_Section, frozen=True):
     public: bool = False
 
 
+class OtelConfig(_Section, frozen=True):
+    """``[otel]``: OpenTelemetry traces of the proxied calls (the ``otel`` extra).
+
+    ``endpoint``: an OTLP/HTTP receiver's base URL (spans go to ``{endpoint}/v1/traces``;
+    empty: no traces); ``capture_content``: put the last request item in each span (off:
+    no message content leaves the daemon); ``service_name``: the spans' ``service.name``.
+    """
+
+    endpoint: str = ""
+    capture_content: bool = False
+    service_name: str = "sessionwarden"
+
+
 class Config(_Section, frozen=True):
     """The whole configuration; every section has defaults."""
 
@@ -376,6 +389,7 @@ class Config(_Section, frozen=True):
     budgets: BudgetsConfig = msgspec.field(default_factory=BudgetsConfig)
     guardrails: GuardrailsConfig = msgspec.field(default_factory=GuardrailsConfig)
     metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
+    otel: OtelConfig = msgspec.field(default_factory=OtelConfig)
 
     @property
     def has_caps(self) -> bool:

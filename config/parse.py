@@ -32,6 +32,7 @@ from sessionwarden.config.model import (
     MetricsConfig,
     ModelConfig,
     OnSummaryFailure,
+    OtelConfig,
     PriceConfig,
     ProviderConfig,
     Summariser,
@@ -53,6 +54,7 @@ _SECTIONS: dict[str, type[msgspec.Struct]] = {
     "budgets": BudgetsConfig,
     "guardrails": GuardrailsConfig,
     "metrics": MetricsConfig,
+    "otel": OtelConfig,
 }
 _CHOICES: dict[str, tuple[str, ...]] = {
     "api_mode": API_MODES,

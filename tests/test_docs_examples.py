@@ -22,6 +22,7 @@ from sessionwarden.config import (
     GuardrailsConfig,
     MetricsConfig,
     ModelConfig,
+    OtelConfig,
     PriceConfig,
     ProviderConfig,
     ToolsConfig,
@@ -36,6 +37,7 @@ _SECTIONS: dict[str, type[msgspec.Struct]] = {
     "tools": ToolsConfig, "compression": CompressionConfig, "budgets": BudgetsConfig,
     "guardrails": GuardrailsConfig,
     "metrics": MetricsConfig,
+    "otel": OtelConfig,
 }
 
 

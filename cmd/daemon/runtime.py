@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pykka
@@ -55,6 +55,9 @@ from sessionwarden.store.spill import SpillStore, default_spill_dir
 from sessionwarden.upstream.client import UpstreamClient
 from sessionwarden.views.metrics import CallTimings, LogMetrics
 from sessionwarden.views.wiring import default_projections
+
+if TYPE_CHECKING:
+    from sessionwarden.cmd.daemon.tracing import Tracing
 
 __all__ = ["Performer", "Runtime", "error_patterns", "spill_directory"]
 
@@ -111,6 +114,20 @@ def spill_directory(config: Config, db_path: Path) -> Path:
     if not configured:
         return default_spill_dir(db_path.resolve())
     return (base / Path(configured).expanduser()).resolve()
+
+
+def _tracing(config: Config, registry: CollectorRegistry) -> "Tracing | None":
+    """The spans' exporter when ``[otel] endpoint`` is set and the ``otel`` extra installed."""
+    if not config.otel.endpoint:
+        return None
+    try:
+        from sessionwarden.cmd.daemon.tracing import Tracing
+    except ImportError as exc:
+        logger.warning("[otel] endpoint is set but OpenTelemetry is not installed ({} is "
+                       "missing): no traces are exported; pip install 'sessionwarden[otel]'",
+                       exc.name)
+        return None
+    return Tracing(config.otel, registry)
 
 
 class Runtime:
@@ -208,6 +225,8 @@ class Runtime:
         self.timings = CallTimings(self.registry)
         self._metrics: LogMetrics | None = None
         self._metrics_lock = threading.Lock()
+        #: The OpenTelemetry spans of finished calls (``[otel] endpoint``), else None.
+        self.tracing = _tracing(config, self.registry)
         #: Each started session's parent ("" for none), as the log has it: a cache of
         #: ``view_session_parents`` (``proxy/local.known_parent``), bounded.
         self.parents: OrderedDict[str, str] = OrderedDict()
@@ -364,3 +383,5 @@ class Runtime:
         self.stopping = True
         self.supervisor.stop()
         self.log.close()
+        if self.tracing is not None:
+            self.tracing.shutdown(timeout_s=2.0)

@@ -222,6 +222,7 @@ async def _attempt(rt: Runtime, work: SummaryWork, provider_name: str, model: st
                            prompt_chars=len(system) + len(prompt)),
         body=None, client=CLIENT, purpose="summary", parent_call=work.call_id,
     )
+    call.side = side
     if capped:
         refused = await _reserve(rt, side, bound)
         if refused:

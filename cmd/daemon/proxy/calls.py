@@ -127,6 +127,7 @@ class ProxiedCall:
         "resent",
         "retries",
         "sent_at",
+        "side",
         "tried",
     )
 
@@ -153,6 +154,8 @@ class ProxiedCall:
         #: The request as admitted (its fallback route is taken from it mid-call too).
         self.admitted: CallRequest | None = None
         self.resent = False
+        #: A side call's request (a summary), None for a client's call (its span's parent).
+        self.side: CallRequest | None = None
         self.body = b""
         # -- the attempts
         #: When the request last went upstream (a success ends benches set before it).
@@ -339,6 +342,9 @@ async def complete(rt: Runtime, call: ProxiedCall, outcome: CallOutcome) -> bool
                 note_completion(done)
                 if rt.caps_active:  # else the ledger folds the log when a cap is set
                     _settle(rt, call, done, outcome)
+            if rt.tracing is not None:
+                rt.tracing.record(call, done if isinstance(done, CallCompleted) else None,
+                                  outcome)
             return True
         except UnknownCall:
             if attempt > 1:

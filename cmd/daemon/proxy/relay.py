@@ -303,6 +303,9 @@ async def _admit(rt: Runtime, call: ProxiedCall, leasing: "asyncio.Future[Leased
         return None
     if isinstance(verdict, AdmissionRefused):
         return_lease(rt, call, leasing)
+        if rt.tracing is not None:
+            rt.tracing.refused(call, verdict.status, verdict.code or verdict.kind,
+                               verdict.message)
         wait_s = verdict.retry_after_s
         refused = _ids(call)  # recorded (CallRefused): replay finds it by this id
         if wait_s:

@@ -1,0 +1,291 @@
+"""OpenTelemetry traces: one span per proxied call, per the GenAI semantic conventions.
+
+Optional (the ``otel`` extra: the official SDK and its OTLP/HTTP exporter): ``[otel]
+endpoint`` set makes the runtime build a :class:`Tracing` that the call path
+(``proxy/calls.complete``, and ``proxy/relay`` for a refusal) hands each finished call to.
+A span is made only once the call's completion is durable, from what the log recorded
+(tokens, cost, attempts) and the request as admitted (notices, the daemon's own answer),
+and queued for a background thread that posts batches to ``{endpoint}/v1/traces``.
+
+Rules:
+- Export never blocks or fails a call: the queue is bounded, a full queue or a failed
+  export drops spans, counted in ``sessionwarden_otel_spans_dropped_total`` (by reason),
+  and any error while building a span is logged, never raised.
+- A span's ids are derived from its call id, so a side call (the summariser, which ends
+  before the call it serves) names its parent's span before that span exists: it is a
+  child span of the call it served, with no map kept in memory.
+- No message content unless ``[otel] capture_content``: then the last request item, with
+  the daemon's keys scrubbed, at most 4 KB. A key is never an attribute: only its
+  fingerprint (``sessionwarden.credential``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from loguru import logger
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from prometheus_client import CollectorRegistry, Counter
+from sessionwarden.config import OtelConfig, ProviderConfig
+from sessionwarden.domain.calls import CallOutcome, CallRequest
+from sessionwarden.events import CallCompleted
+from sessionwarden.redact import default_redactor
+
+__all__ = ["MAX_QUEUE", "ProxiedCall", "Tracing"]
+
+#: Spans waiting for export at most; more are dropped (and counted).
+MAX_QUEUE = 2048
+#: Captured content at most, in bytes (``capture_content``).
+MAX_CONTENT = 4096
+#: One export request's timeout, in seconds (a slow receiver delays only the exporter).
+EXPORT_TIMEOUT_S = 5.0
+#: The prefix of the grace call's notice (``domain/runaway/budget.grace_notice``).
+_GRACE = "iteration budget spent"
+
+
+class ProxiedCall(Protocol):
+    """What a span is made of: ``proxy/calls.ProxiedCall``.
+
+    Not imported: that module imports the runtime, which imports this one.
+    """
+
+    @property
+    def call_id(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def parent(self) -> str: ...
+    @property
+    def started(self) -> float: ...
+
+    provider: ProviderConfig
+    model: str
+    admitted: CallRequest | None
+    client_request: CallRequest | None
+    side: CallRequest | None
+
+    def outcome(self, outcome: str, **facts: Any) -> CallOutcome: ...
+
+
+def _ids(call_id: str) -> tuple[int, int]:
+    """The trace id and span id of ``call_id``'s span (module doc: a child finds them)."""
+    digest = hashlib.blake2b(call_id.encode(), digest_size=24).digest()
+    return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:], "big") or 1
+
+
+class _CallIds(IdGenerator):
+    """The ids of the span being started: set just before, on the starting thread."""
+
+    def __init__(self) -> None:
+        self._next = threading.local()
+        self._random = RandomIdGenerator()
+
+    def use(self, call_id: str) -> None:
+        self._next.ids = _ids(call_id)
+
+    def generate_trace_id(self) -> int:
+        ids = getattr(self._next, "ids", None)
+        return ids[0] if ids else self._random.generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        ids = getattr(self._next, "ids", None)
+        self._next.ids = None
+        return ids[1] if ids else self._random.generate_span_id()
+
+
+class _CountingExporter(SpanExporter):
+    """The OTLP exporter, with the spans of a failed export counted as dropped."""
+
+    def __init__(self, inner: OTLPSpanExporter, dropped: Counter) -> None:
+        self._inner, self._dropped = inner, dropped
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self._inner.export(spans)
+        except Exception:
+            result = SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            self._dropped.labels(reason="export_failed").inc(len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()  # type: ignore[no-untyped-call]
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+class _BoundedProcessor(BatchSpanProcessor):
+    """A batch processor that counts the spans a full queue drops."""
+
+    def __init__(self, exporter: SpanExporter, dropped: Counter) -> None:
+        super().__init__(exporter, max_queue_size=MAX_QUEUE, schedule_delay_millis=1000,
+                         max_export_batch_size=512)
+        self._dropped = dropped
+
+    def on_end(self, span: ReadableSpan) -> None:
+        queue = getattr(self._batch_processor, "_queue", None)
+        if queue is not None and len(queue) >= MAX_QUEUE:
+            self._dropped.labels(reason="queue_full").inc()
+        super().on_end(span)
+
+
+def _operation(api_mode: str) -> str:
+    """``gen_ai.operation.name``: every door is a chat (Chat Completions, Messages, Responses)."""
+    return "chat" if api_mode in ("chat_completions", "messages", "responses") else api_mode
+
+
+class Tracing:
+    """The span of each finished call, exported in the background."""
+
+    def __init__(self, config: OtelConfig, registry: CollectorRegistry) -> None:
+        """Build the provider, its bounded processor and the OTLP/HTTP exporter."""
+        self.config = config
+        self.dropped = Counter("sessionwarden_otel_spans_dropped",
+                               "OpenTelemetry spans dropped: a full export queue, or an "
+                               "export that failed", ["reason"], registry=registry)
+        self._ids = _CallIds()
+        self.provider = TracerProvider(
+            resource=Resource.create({"service.name": config.service_name}),
+            id_generator=self._ids)
+        exporter = OTLPSpanExporter(endpoint=config.endpoint.rstrip("/") + "/v1/traces",
+                                    timeout=EXPORT_TIMEOUT_S)
+        self.processor = _BoundedProcessor(_CountingExporter(exporter, self.dropped),
+                                           self.dropped)
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer("sessionwarden")
+
+    def record(self, call: ProxiedCall, done: CallCompleted | None,
+               outcome: CallOutcome) -> None:
+        """The span of a call whose completion is durable (never raises)."""
+        try:
+            self._record(call, done, outcome, None)
+        except Exception as exc:
+            logger.warning("call {}: no trace span: {}", call.call_id, exc)
+
+    def refused(self, call: ProxiedCall, status: int, kind: str, message: str) -> None:
+        """The span of a call admission refused (a cap, a bad request; never raises)."""
+        try:
+            outcome = call.outcome("refused", status=status, error=message)
+            self._record(call, None, outcome, (kind, message))
+        except Exception as exc:
+            logger.warning("call {}: no trace span: {}", call.call_id, exc)
+
+    def _record(self, call: ProxiedCall, done: CallCompleted | None, outcome: CallOutcome,
+                refusal: tuple[str, str] | None) -> None:
+        request = call.admitted or call.client_request or call.side
+        now_ns = time.time_ns()
+        start_ns = now_ns - int((time.perf_counter() - call.started) * 1e9)
+        parent = None
+        if request is not None and request.parent_call:
+            trace_id, span_id = _ids(request.parent_call)
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(SpanContext(
+                trace_id, span_id, is_remote=False,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED))))
+        operation = _operation(call.provider.api_mode)
+        requested = request.shape.model if request is not None else call.model
+        self._ids.use(call.call_id)
+        span = self.tracer.start_span(f"{operation} {requested}", context=parent,
+                                      kind=SpanKind.CLIENT, start_time=start_ns,
+                                      attributes=self._attributes(call, done, outcome,
+                                                                  request, operation))
+        for attempt in outcome.attempts:
+            span.add_event("sessionwarden.failover", {
+                "sessionwarden.credential": attempt.credential,
+                "http.response.status_code": attempt.status,
+                "error.type": attempt.error_class or str(attempt.status)})
+        if request is not None:
+            for notice in request.notices:
+                name = ("sessionwarden.grace_call" if _GRACE in notice
+                        else "sessionwarden.notice")
+                span.add_event(name, {"sessionwarden.notice": notice[:500]})
+            if request.reply is not None:
+                span.add_event("sessionwarden.answered", {
+                    "sessionwarden.reason": request.reply.refused,
+                    "http.response.status_code": request.reply.status})
+        if refusal is not None:
+            span.add_event("sessionwarden.refused", {
+                "sessionwarden.reason": refusal[0], "sessionwarden.message": refusal[1][:500]})
+        if outcome.outcome not in ("ok", "answered"):
+            span.set_status(Status(StatusCode.ERROR, outcome.error[:200] or outcome.outcome))
+        span.end(end_time=max(now_ns, start_ns))
+
+    def _attributes(self, call: ProxiedCall, done: CallCompleted | None,
+                    outcome: CallOutcome, request: CallRequest | None,
+                    operation: str) -> dict[str, Any]:
+        """The span's attributes: the GenAI conventions', then ours."""
+        found: dict[str, Any] = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.provider.name": call.provider.name,
+            "gen_ai.request.model": request.shape.model if request is not None else call.model,
+            "gen_ai.response.model": call.model,
+            "gen_ai.conversation.id": call.session_id,
+            "sessionwarden.call.id": call.call_id,
+            "sessionwarden.outcome": outcome.outcome,
+            "sessionwarden.credential": outcome.credential,
+        }
+        if outcome.status:
+            found["http.response.status_code"] = outcome.status
+        if done is not None:
+            found.update({
+                "gen_ai.usage.input_tokens": done.input_tokens + done.cache_read_tokens
+                + done.cache_write_tokens,
+                "gen_ai.usage.output_tokens": done.output_tokens,
+                "gen_ai.usage.cache_read.input_tokens": done.cache_read_tokens,
+                "gen_ai.usage.cache_creation.input_tokens": done.cache_write_tokens,
+                "sessionwarden.usage.source": done.source,
+                "sessionwarden.cost.status": done.cost_status,
+            })
+            if done.response_id:
+                found["gen_ai.response.id"] = done.response_id
+            if done.cost is not None:
+                found["sessionwarden.cost.usd"] = done.cost
+        if outcome.outcome not in ("ok", "answered"):
+            found["error.type"] = outcome.error_class or outcome.outcome
+        if call.parent:
+            found["sessionwarden.parent_session"] = call.parent
+        if request is not None and request.purpose:
+            found["sessionwarden.purpose"] = request.purpose
+        if request is not None and request.parent_call:
+            found["sessionwarden.parent_call"] = request.parent_call
+        if self.config.capture_content and request is not None:
+            content = _last_item(request)
+            if content:
+                found["gen_ai.input.messages"] = content
+        return found
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Export what is queued now (tests; blocking)."""
+        return self.provider.force_flush(int(timeout_s * 1000))
+
+    def shutdown(self, timeout_s: float = 2.0) -> None:
+        """Export what is queued for at most ``timeout_s``, then stop the exporter thread."""
+        try:
+            self.processor._batch_processor.shutdown(timeout_millis=int(timeout_s * 1000))
+        except Exception as exc:
+            logger.warning("OpenTelemetry export did not shut down cleanly: {}", exc)
+
+
+def _last_item(request: CallRequest) -> str:
+    """The request's last item as sent (JSON), the daemon's keys scrubbed, at most 4 KB."""
+    items = getattr(request.body, "items", None)
+    if not items:
+        return ""
+    last = items[-1]
+    raw = last if isinstance(last, bytes) else str(last).encode()
+    scrubbed = default_redactor.redact_bytes(default_redactor.scrub_secrets(raw))
+    return scrubbed[:MAX_CONTENT].decode("utf-8", "replace")

@@ -1,0 +1,205 @@
+"""OpenTelemetry spans of real calls, received by a real OTLP/HTTP receiver on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from tests.cmd.daemon_fixtures import MODEL
+from tests.cmd.inprocess import InProcessDaemon, start_made
+from tests.support.fake_provider import FakeProviderServer
+
+
+class Receiver:
+    """An OTLP/HTTP trace receiver: POST /v1/traces, protobuf bodies, spans kept."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[dict[str, Any], Span]] = []
+        self.paths: list[str] = []
+        received = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["content-length"]))
+                received.paths.append(self.path)
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                for resource_spans in request.resource_spans:
+                    resource = attributes(resource_spans.resource.attributes)
+                    for scope in resource_spans.scope_spans:
+                        received.spans.extend((resource, s) for s in scope.spans)
+                answer = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    found = Receiver()
+    yield found
+    found.close()
+
+
+def value(any_value: AnyValue) -> Any:
+    kind = any_value.WhichOneof("value")
+    return getattr(any_value, kind) if kind else None
+
+
+def attributes(pairs: Any) -> dict[str, Any]:
+    return {pair.key: value(pair.value) for pair in pairs if isinstance(pair, KeyValue)}
+
+
+def config(endpoint: str, extra: str = "") -> str:
+    return f'[otel]\nendpoint = "{endpoint}"\nservice_name = "sw-test"\n{extra}'
+
+
+def test_each_call_is_a_genai_span_with_our_attributes_and_its_failovers(
+    receiver: Receiver, made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, config(f"http://127.0.0.1:{receiver.port}"))
+    client = daemon.openai(session="traced-session-1")
+    secret_words = "the quick brown fox keeps this private"
+    plain = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": secret_words}])
+    # The key round robin picks next answers 429: the call fails over to the first one.
+    used = fake.state.last.headers["authorization"]
+    [other] = [k for k in daemon.keys.values() if f"Bearer {k}" != used]
+    fake.state.by_key[other] = {"status": 429}
+    try:
+        failed_over = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": secret_words}])
+    finally:
+        fake.state.by_key.pop(other)
+    assert plain.status_code == failed_over.status_code == 200
+    assert daemon.rt is not None and daemon.rt.tracing is not None
+    assert daemon.rt.tracing.flush()
+    assert set(receiver.paths) == {"/v1/traces"}
+    by_call = {attributes(s.attributes)["sessionwarden.call.id"]: (r, s)
+               for r, s in receiver.spans}
+    first_id = plain.headers["x-sessionwarden-call-id"]
+    second_id = failed_over.headers["x-sessionwarden-call-id"]
+    assert set(by_call) == {first_id, second_id}
+
+    resource, span = by_call[first_id]
+    assert resource["service.name"] == "sw-test"
+    assert span.name == f"chat {MODEL}" and span.kind == Span.SPAN_KIND_CLIENT
+    assert span.end_time_unix_nano >= span.start_time_unix_nano > 0
+    found = attributes(span.attributes)
+    usage = plain.parse().usage
+    assert usage is not None
+    assert found["gen_ai.operation.name"] == "chat"
+    assert found["gen_ai.provider.name"] == "fake"
+    assert found["gen_ai.request.model"] == MODEL
+    assert found["gen_ai.response.model"]
+    assert found["gen_ai.conversation.id"] == "traced-session-1"
+    assert found["gen_ai.usage.input_tokens"] == usage.prompt_tokens
+    assert found["gen_ai.usage.output_tokens"] == usage.completion_tokens
+    assert found["gen_ai.usage.cache_read.input_tokens"] == 0
+    assert found["gen_ai.usage.cache_creation.input_tokens"] == 0
+    assert found["sessionwarden.outcome"] == "ok"
+    assert found["sessionwarden.cost.status"] in ("exact", "estimated", "unknown", "included")
+    assert len(found["sessionwarden.credential"]) > 0
+    assert "error.type" not in found
+    assert not span.events
+    # No message content, no key, anywhere in what was exported.
+    exported = repr([(r, s) for r, s in receiver.spans])
+    assert secret_words not in exported and "gen_ai.input.messages" not in exported
+    assert not any(key in exported for key in daemon.keys.values())
+
+    _, span = by_call[second_id]
+    found = attributes(span.attributes)
+    assert found["sessionwarden.outcome"] == "ok"
+    [event] = span.events
+    assert event.name == "sessionwarden.failover"
+    failed = attributes(event.attributes)
+    assert failed["http.response.status_code"] == 429
+    assert failed["sessionwarden.credential"] != found["sessionwarden.credential"]
+
+    # The drop counter is exposed (nothing dropped here).
+    assert daemon.rt.registry.get_sample_value(
+        "sessionwarden_otel_spans_dropped_total", {"reason": "export_failed"}) is None
+
+
+def test_content_is_captured_only_when_asked_and_truncated(
+    receiver: Receiver, made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, config(
+        f"http://127.0.0.1:{receiver.port}", "capture_content = true\n"))
+    client = daemon.openai(session="traced-session-2")
+    client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "visible words " + "x" * 9000}])
+    assert daemon.rt is not None and daemon.rt.tracing is not None
+    assert daemon.rt.tracing.flush()
+    [(_, span)] = receiver.spans
+    captured = attributes(span.attributes)["gen_ai.input.messages"]
+    assert "visible words" in captured and len(captured.encode()) <= 4096
+
+
+def test_a_receiver_that_is_down_fails_no_call(
+    made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    daemon = start_made(made, tmp_path, fake, config(f"http://127.0.0.1:{closed}"))
+    client = daemon.openai(session="traced-session-3")
+    for _ in range(3):
+        answer = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}])
+        assert answer.status_code == 200
+    # The export fails in the background; shutting it down waits no longer than told.
+    assert daemon.rt is not None and daemon.rt.tracing is not None
+    started = time.monotonic()
+    daemon.rt.tracing.shutdown(timeout_s=0.2)
+    assert time.monotonic() - started < 1.0
+
+
+def test_without_the_extra_the_daemon_warns_once_and_exports_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loguru import logger
+    from prometheus_client import CollectorRegistry
+    from sessionwarden.cmd.daemon import runtime
+    from sessionwarden.config import parse_config
+
+    monkeypatch.setitem(sys.modules, "sessionwarden.cmd.daemon.tracing", None)
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING")
+    try:
+        made = runtime._tracing(parse_config(config("http://127.0.0.1:4318")),
+                                CollectorRegistry())
+    finally:
+        logger.remove(sink)
+    assert made is None
+    [warning] = warnings
+    assert "pip install 'sessionwarden[otel]'" in warning and "Traceback" not in warning
