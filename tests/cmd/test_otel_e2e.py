@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -203,3 +204,103 @@ def test_without_the_extra_the_daemon_warns_once_and_exports_nothing(
     assert made is None
     [warning] = warnings
     assert "pip install 'sessionwarden[otel]'" in warning and "Traceback" not in warning
+
+
+def test_a_summary_is_a_child_span_of_the_call_it_served_and_cache_counts_as_input(
+    receiver: Receiver, made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    from tests.cmd.test_context_e2e import agent_session
+    from tests.cmd.test_session_usage_e2e import (
+        CLIENT_USAGE,
+        CONFIG,
+        SUMMARY,
+        SUMMARY_USAGE,
+        control,
+    )
+
+    daemon = start_made(made, tmp_path, fake,
+                        config(f"http://127.0.0.1:{receiver.port}") + CONFIG)
+    fake.state.by_model["small"] = {"usage": "custom", "usage_block": CLIENT_USAGE}
+    fake.state.by_model["sum-model"] = {"reply": SUMMARY, "usage": "custom",
+                                        "usage_block": SUMMARY_USAGE}
+    histories = agent_session(7)
+    with daemon.openai(session="agent") as client, control(daemon) as http:
+        client.chat.completions.create(model="small", messages=histories[-2])  # type: ignore[arg-type]
+        assert http.post("/v1/sessions/agent/compact", json={}).status_code == 202
+        served = client.chat.completions.with_raw_response.create(
+            model="small", messages=histories[-1])  # type: ignore[arg-type]
+    assert daemon.rt is not None and daemon.rt.tracing is not None
+    assert daemon.rt.tracing.flush()
+    spans = {attributes(s.attributes)["sessionwarden.call.id"]: s for _, s in receiver.spans}
+    parent = spans[served.headers["x-sessionwarden-call-id"]]
+    [summary] = [s for s in spans.values()
+                 if attributes(s.attributes).get("sessionwarden.purpose") == "summary"]
+    found = attributes(summary.attributes)
+    assert found["sessionwarden.parent_call"] == served.headers["x-sessionwarden-call-id"]
+    assert found["gen_ai.request.model"] == "sum-model"
+    assert summary.trace_id == parent.trace_id and summary.parent_span_id == parent.span_id
+    assert not parent.parent_span_id
+    # Input includes the cache (1,000 = 500 + 400 read + 100 written); the exact cost.
+    found = attributes(parent.attributes)
+    assert found["gen_ai.usage.input_tokens"] == 1000
+    assert found["gen_ai.usage.cache_read.input_tokens"] == 400
+    assert found["gen_ai.usage.cache_creation.input_tokens"] == 100
+    assert found["gen_ai.usage.output_tokens"] == 50
+    assert Decimal(found["sessionwarden.cost.usd"]) == Decimal("0.00185")
+    assert found["sessionwarden.cost.status"] == "actual"
+
+
+def test_a_refusal_is_a_span_event(
+    receiver: Receiver, made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    import openai
+
+    daemon = start_made(made, tmp_path, fake, config(f"http://127.0.0.1:{receiver.port}")
+                        + '[budgets]\nsession_usd = "1.00"\n')
+    client = daemon.openai(session="traced-session-4")
+    tool = {"type": "function", "function": {"name": "shell", "parameters": {}}}
+    with pytest.raises(openai.APIStatusError) as refused:  # gpt-test has no price: refused
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "go"}],
+                                       tools=[tool])  # type: ignore[list-item]
+    assert daemon.rt is not None and daemon.rt.tracing is not None
+    assert daemon.rt.tracing.flush()
+    [(_, span)] = receiver.spans
+    found = attributes(span.attributes)
+    assert found["sessionwarden.outcome"] == "refused"
+    assert found["error.type"] == "refused"
+    assert found["sessionwarden.call.id"] == refused.value.response.headers[
+        "x-sessionwarden-call-id"]
+    [event] = span.events
+    assert event.name == "sessionwarden.refused"
+    assert span.status.code == span.status.STATUS_CODE_ERROR
+
+
+def test_the_grace_call_and_the_daemons_answer_are_span_events(
+    receiver: Receiver, made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    daemon = start_made(made, tmp_path, fake, config(f"http://127.0.0.1:{receiver.port}")
+                        + "[budgets]\nmax_iterations = 1\n")
+    fake.state.by_model[MODEL] = {"tool_arguments": [{"command": "true"}] * 3}
+    client = daemon.openai(session="traced-session-5")
+    tool: Any = {"type": "function", "function": {"name": "shell", "parameters": {}}}
+    messages: list[Any] = [{"role": "user", "content": "go"}]
+    first = client.chat.completions.create(model=MODEL, messages=messages, tools=[tool])
+    calls = first.choices[0].message.tool_calls or []
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": calls[0].id, "content": "done"}]
+    grace = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, tools=[tool])
+    messages.append({"role": "assistant", "content": "ok"})
+    answered = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, tools=[tool])
+    assert daemon.rt is not None and daemon.rt.tracing is not None
+    assert daemon.rt.tracing.flush()
+    spans = {attributes(s.attributes)["sessionwarden.call.id"]: s for _, s in receiver.spans}
+    assert len(spans) == 3
+    names = [e.name for e in spans[grace.headers["x-sessionwarden-call-id"]].events]
+    assert names == ["sessionwarden.grace_call"]
+    span = spans[answered.headers["x-sessionwarden-call-id"]]
+    [event] = span.events
+    assert event.name == "sessionwarden.answered"
+    assert attributes(event.attributes)["sessionwarden.reason"] == "iteration_budget"
+    assert attributes(span.attributes)["sessionwarden.outcome"] == "answered"
