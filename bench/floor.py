@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.server
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -71,6 +73,30 @@ def start_floor(workdir: Path, fake_url: str, procs: list[Proc], name: str,
     return proc, m.group(1)
 
 
+class _Sink(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver that takes every export and keeps nothing."""
+
+    received = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        _Sink.received += 1
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+def start_otlp_sink() -> http.server.ThreadingHTTPServer:
+    """A receiver on 127.0.0.1 for the daemon's spans (``--otel``), in a thread."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 #: Scrapes made by :func:`scrape_every`: how many, and their median time.
 SCRAPES: dict[str, float] = {"count": 0, "median_ms": 0.0}
 
@@ -92,7 +118,10 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
     fake, fake_url = start_fake(workdir, procs)
     floor, floor_url = start_floor(workdir, fake_url, procs, "floor", logged=False)
     floor_log, floor_log_url = start_floor(workdir, fake_url, procs, "floor-log", logged=True)
-    sw, sw_url, _ = start_daemon(workdir, fake_url, procs)
+    sink = start_otlp_sink() if args.otel else None
+    extra = (f'[otel]\nendpoint = "http://127.0.0.1:{sink.server_address[1]}"\n'
+             if sink is not None else "")
+    sw, sw_url, _ = start_daemon(workdir, fake_url, procs, extra=extra)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     targets = [
         Target("direct", fake_url + "/chat/completions", auth, SW_MODEL, fake),
@@ -139,6 +168,9 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
         scraper.cancel()
         await asyncio.gather(scraper, return_exceptions=True)
         log(f"scrapes of sessionwarden's /metrics during the run: {SCRAPES}")
+    if sink is not None:
+        log(f"OTLP exports the sink received: {_Sink.received}")
+        sink.shutdown()
 
     log("\ntarget          CPU ms/call (median)   p50 ms (median)")
     for t in targets:
@@ -171,6 +203,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000, help="timed calls per cell")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM")
+    parser.add_argument("--otel", action="store_true",
+                        help="export sessionwarden's spans to an OTLP sink on 127.0.0.1")
     parser.add_argument("--scrape", type=float, default=0.0, metavar="SECONDS",
                         help="scrape sessionwarden's /metrics this often during the run")
     parser.add_argument("--compare-with", type=Path, metavar="CHECKOUT",

@@ -242,15 +242,18 @@ def start_fake(workdir: Path, procs: list[Proc]) -> tuple[Proc, str]:
 
 
 def start_daemon(workdir: Path, fake_url: str, procs: list[Proc], exe: Path = SW_BIN,
-                 name: str = "sessionwarden", reuse: bool = False) -> tuple[Proc, str, Path]:
+                 name: str = "sessionwarden", reuse: bool = False,
+                 extra: str = "") -> tuple[Proc, str, Path]:
     """The daemon (``exe``: another checkout's, to compare two versions) on a fresh db.
 
-    ``reuse``: on the db an earlier start on ``workdir`` made (a restart).
+    ``reuse``: on the db an earlier start on ``workdir`` made (a restart); ``extra``:
+    configuration before the providers (a section of its own, e.g. ``[otel]``).
     """
     home = workdir if name == "sessionwarden" else workdir / name
     home.mkdir(exist_ok=True)
     config = home / "sessionwarden.toml"
     config.write_text(
+        extra +
         "[[providers]]\n"
         'name = "fake"\n'
         f'base_url = "{fake_url}"\n'
