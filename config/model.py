@@ -116,7 +116,9 @@ class DaemonConfig(_Section, frozen=True):
     ``max_header_kib`` bounds a request's line and headers together, counted as they
     arrive (before any check, auth included): a larger head gets 431.
     ``record_messages`` False keeps the messages sent upstream out of the log (replay
-    then shows their content keys and sizes only).
+    then shows their content keys and sizes only). ``retry_base_s`` is the backoff's base
+    before a retry of an overloaded or failing upstream (jittered: up to it before the
+    first retry, twice it before the second).
     """
 
     host: Annotated[str, msgspec.Meta(min_length=1)] = "127.0.0.1"
@@ -125,6 +127,7 @@ class DaemonConfig(_Section, frozen=True):
     max_header_kib: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 64
     drain_timeout_s: Annotated[float, msgspec.Meta(gt=0.0, le=3600.0)] = 30.0
     record_messages: bool = True
+    retry_base_s: Annotated[float, msgspec.Meta(ge=0.0, le=30.0)] = 1.0
 
 
 class PriceConfig(_Section, frozen=True):

@@ -207,18 +207,20 @@ def classify(
 
 
 def retry_delay(
-    attempt: int, rng: random.Random, retry_after: float | None = None
+    attempt: int, rng: random.Random, retry_after: float | None = None,
+    base: float = _RETRY_BASE,
 ) -> float | None:
     """Seconds to wait before retry number ``attempt`` (1-based), or None: do not retry.
 
-    Equal jitter around an exponential base (1 s, 2 s): ``[0.5, 1]`` s before the first
-    retry, ``[1, 2]`` s before the second; never more than :data:`MAX_RETRIES` retries. A
+    Equal jitter around an exponential base (``base``, twice it: 1 s and 2 s by default):
+    ``[0.5, 1]`` s before the first retry, ``[1, 2]`` s before the second; never more than
+    :data:`MAX_RETRIES` retries. A
     known ``retry_after`` is honoured when it is at most :data:`MAX_RETRY_WAIT` seconds;
     a longer one means the call is better relayed (or routed elsewhere) than held.
     """
     if attempt < 1 or attempt > MAX_RETRIES:
         return None
-    ceiling = _RETRY_BASE * float(1 << (attempt - 1))
+    ceiling = base * float(1 << (attempt - 1))
     delay = ceiling / 2 + rng.random() * ceiling / 2
     if retry_after is not None:
         if not retry_after <= MAX_RETRY_WAIT:  # also refuses NaN

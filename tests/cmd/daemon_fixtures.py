@@ -44,10 +44,22 @@ def sessionwarden_cmd() -> list[str]:
     return [sys.executable, "-m", "sessionwarden.cmd.cli.main"]
 
 
+#: The retry backoff's base in the tests' daemons (the default is 1 s).
+FAST_RETRIES = "retry_base_s = 0.05\n"
+
+
 def config_text(base_url: str, key_vars: Sequence[str], *, extra: str = "",
                 strategy: str = "round_robin") -> str:
-    """A TOML config with one provider ``fake`` and one model ``gpt-test``."""
+    """A TOML config with one provider ``fake`` and one model ``gpt-test``.
+
+    Retries wait a twentieth of the default backoff: the tests of retries check that they
+    happen and how often, not how long the daemon sleeps (``[daemon] retry_base_s``).
+    """
     keys = ", ".join(f'"env:{name}"' for name in key_vars)
+    if "[daemon]\n" in extra:
+        extra = extra.replace("[daemon]\n", "[daemon]\n" + FAST_RETRIES, 1)
+    elif "[daemon]" not in extra:
+        extra = "[daemon]\n" + FAST_RETRIES + extra
     return (
         f"{extra}\n"
         "[[providers]]\n"

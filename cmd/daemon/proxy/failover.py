@@ -368,7 +368,8 @@ async def _retry(rt: Runtime, call: ProxiedCall, found: Classification, status: 
     """
     if found.recovery != "retry":
         return Next.ANSWER
-    delay = retry_delay(call.retries + 1, _RNG, found.reset_seconds)
+    delay = retry_delay(call.retries + 1, _RNG, found.reset_seconds,
+                        rt.config.daemon.retry_base_s)
     if delay is None:
         return Next.ANSWER
     call.retries += 1

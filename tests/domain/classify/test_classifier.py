@@ -239,6 +239,16 @@ def test_retry_delay_is_bounded_and_jittered() -> None:
     assert retry_delay(0, rng) is None
 
 
+def test_retry_delay_scales_with_the_configured_base() -> None:
+    rng = random.Random(3)
+    firsts = [retry_delay(1, rng, base=0.2) for _ in range(50)]
+    seconds = [retry_delay(2, rng, base=0.2) for _ in range(50)]
+    assert all(d is not None and 0.1 <= d <= 0.2 for d in firsts)
+    assert all(d is not None and 0.2 <= d <= 0.4 for d in seconds)
+    # A known Retry-After still wins over a short base.
+    assert retry_delay(1, rng, retry_after=1.5, base=0.2) == 1.5
+
+
 def test_retry_delay_honours_a_short_retry_after_and_refuses_a_long_one() -> None:
     rng = random.Random(1)
     assert retry_delay(1, rng, retry_after=3.0) == 3.0
