@@ -115,6 +115,9 @@ class LogMetrics:
         self.position = position
         self.lock = threading.Lock()
         self._routes: dict[str, tuple[str, str]] = {}
+        #: Why the daemon answers a call itself, from the runaway events before its
+        #: CallAdmitted, until its completion.
+        self._answers: dict[str, str] = {}
         self._windows: dict[str, int] = {}
         self._keys: dict[tuple[str, str], str] = {}
         self._breakers: dict[str, str] = {}
@@ -246,6 +249,7 @@ class LogMetrics:
         if isinstance(event, CallAdmitted):
             if len(self._routes) >= _OPEN_KEPT:
                 self._routes.clear()
+                self._answers.clear()
             self._routes[event.call_id] = (event.provider, event.model)
             if event.limits is not None:
                 self._windows[session] = event.limits.window
@@ -279,8 +283,9 @@ class LogMetrics:
             self.failovers.labels(provider).inc(len(event.attempts))
         if event.error_class:
             self.errors.labels(provider, event.error_class).inc()
-        if event.outcome == "answered":
-            self.answered.labels(event.error.rpartition(": ")[2] or "runaway").inc()
+        why = self._answers.pop(event.call_id, "iteration_budget")
+        if event.outcome == "answered":  # a resend of an answered call records no reason
+            self.answered.labels(why).inc()
 
     def _other(self, event: Event, recorded: RecordedEvent) -> None:
         if isinstance(event, ToolResultSpilled):
@@ -295,8 +300,12 @@ class LogMetrics:
         elif isinstance(event, IterationCounted) and not event.child:
             if event.decision == "grace":
                 self.grace.inc()
+            elif event.decision == "answer":
+                self._answers.setdefault(event.call_id, "iteration_budget")
         elif isinstance(event, GuardrailTripped):
             self.guardrails.labels(event.rule, event.level).inc()
+            if event.stopped:  # a stop answers the call whatever the budget said
+                self._answers[event.call_id] = "guardrail"
         elif isinstance(event, WalCheckpointed):
             self.checkpoint.set(_timestamp(recorded.recorded_at))
         else:

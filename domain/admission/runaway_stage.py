@@ -106,6 +106,8 @@ def govern_runaway(settings: RunawaySettings, state: SessionState, request: Call
     window, since = _window(codec.read_item, items, seen)
     new = window[since:]
     opened = turn_start(new)
+    # Whether this call goes on with the recorded turn (its grace call, if made, stands).
+    goes_on = turn is not None and opened is None and bool(seen or request.continues)
     if turn is not None and seen and opened is None:  # the turn goes on
         key, used = turn.turn, turn.used
         guards = _guards(settings.guards, state, turn, items, seen, codec.read_item)
@@ -124,15 +126,16 @@ def govern_runaway(settings: RunawaySettings, state: SessionState, request: Call
         # first call, a history the client rewrote) the turn is the one the items show,
         # and the same opening message as the recorded turn's continues its count.
         key = turn_key(new[opened]) if opened is not None else ""
-        same = turn is not None and turn.turn == key and not seen
-        used = turn.used if same and turn is not None else 0
+        goes_on = turn is not None and turn.turn == key and not seen
+        used = turn.used if goes_on and turn is not None else 0
         guards = GuardState()
         fresh = observations(new[(opened + 1) if opened is not None else 0:])
     guards, findings = fold(guards, fresh, settings.guards)
     memory = GuardMemory(key, len(items), guards)
     limit = (settings.child_max_iterations if request.parent_session
              else settings.max_iterations)
-    graced = turn is not None and turn.turn == key and turn.decision in ("grace", "answer")
+    # A new turn opened with the same words as the last ("continue" again) starts afresh.
+    graced = goes_on and turn is not None and turn.decision in ("grace", "answer")
     budget = IterationBudget(limit, used, graced)
     decision = decide(budget)
     if decision == "forward" and _parent_spent(request):
@@ -188,15 +191,15 @@ def _window(read: Any, items: Sequence[bytes], seen: int) -> tuple[list[Message]
     answer (results follow their calls): pairing from there is pairing from the start,
     at the cost of a message or two. Returns the messages and where the new ones begin.
     """
-    back = seen
-    while back > 0:
-        message = read(items[back - 1])
+    before: list[Message] = []
+    for raw in reversed(items[:seen]):
+        message = read(raw)
         if not isinstance(message, Message):
             break
-        back -= 1
+        before.append(message)
         if not any(isinstance(part, ToolResult) for part in message.parts):
             break  # the assistant message (or anything else): pairing starts here
-    before = _read(read, items[back:seen])
+    before.reverse()
     return [*before, *_read(read, items[seen:])], len(before)
 
 

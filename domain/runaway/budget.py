@@ -9,16 +9,11 @@ daemon without being sent. Pure values and decisions; the counting is the caller
 Rules:
 
 * :func:`decide`: ``"forward"`` while ``used < limit`` (always, for a limit ≤ 0: unlimited,
-  but still counted); then ``"grace"`` once; then ``"answer"``.
-* :func:`after`: a forwarded call consumes one iteration; the grace call consumes none
-  (``used`` stays at the limit, ``grace`` records it), nor does an answered one.
-* :func:`refund` never goes below zero, and a refund that leaves room again re-arms the
-  grace call for the next exhaustion; :func:`consume` may push ``used`` past the limit
-  (calls the daemon could not see, reported through the control API).
+  but still counted); then ``"grace"`` once; then ``"answer"``. The counting (every call
+  of the turn, a resend aside; consumed and refunded through the control API) is the
+  runaway stage's (``domain.admission.runaway_stage``), folded from the log.
 * No intermediate "pressure" warnings before exhaustion (Hermes #7915: models gave up
   early): the grace notice is the only notice.
-* A child session's call counts against its own budget *and* its parent's turn:
-  :func:`strictest` of the two decisions applies.
 """
 
 from typing import Literal
@@ -26,12 +21,10 @@ from typing import Literal
 import msgspec
 from sessionwarden.domain.runaway.turns import runtime_notice
 
-__all__ = ["Decision", "IterationBudget", "after", "consume", "decide", "exhausted_text",
-           "fresh", "grace_notice", "refund", "strictest"]
+__all__ = ["Decision", "IterationBudget", "decide", "exhausted_text", "grace_notice"]
 
 #: What to do with a call: send it, send it as the grace call, or answer it ourselves.
 Decision = Literal["forward", "grace", "answer"]
-_ORDER: dict[Decision, int] = {"forward": 0, "grace": 1, "answer": 2}
 
 
 class IterationBudget(msgspec.Struct, frozen=True):
@@ -58,42 +51,11 @@ class IterationBudget(msgspec.Struct, frozen=True):
         return None if self.unlimited else max(0, self.limit - self.used)
 
 
-def fresh(limit: int) -> IterationBudget:
-    """The budget of a new turn."""
-    return IterationBudget(limit)
-
-
 def decide(budget: IterationBudget) -> Decision:
     """What to do with the next call (module doc)."""
     if budget.unlimited or budget.used < budget.limit:
         return "forward"
     return "answer" if budget.grace else "grace"
-
-
-def strictest(*decisions: Decision) -> Decision:
-    """The most restrictive of ``decisions`` (a child's and its parent's): answer > grace."""
-    return max(decisions, key=_ORDER.__getitem__, default="forward")
-
-
-def consume(budget: IterationBudget, n: int = 1) -> IterationBudget:
-    """``budget`` with ``n`` more iterations used (``n`` ≥ 0)."""
-    return msgspec.structs.replace(budget, used=budget.used + max(0, n))
-
-
-def refund(budget: IterationBudget, n: int = 1) -> IterationBudget:
-    """``budget`` with ``n`` iterations given back, never below zero (module doc)."""
-    used = max(0, budget.used - max(0, n))
-    grace = budget.grace and not (budget.unlimited or used < budget.limit)
-    return IterationBudget(budget.limit, used, grace)
-
-
-def after(budget: IterationBudget, decision: Decision) -> IterationBudget:
-    """The budget once a call decided as ``decision`` was made."""
-    if decision == "forward":
-        return consume(budget)
-    if decision == "grace":
-        return msgspec.structs.replace(budget, grace=True)
-    return budget
 
 
 def grace_notice(used: int, limit: int) -> str:

@@ -49,7 +49,7 @@ from sessionwarden.domain.runaway.signals import (
 )
 from sessionwarden.domain.runaway.turns import runtime_notice
 
-__all__ = ["Finding", "GuardSettings", "GuardState", "Level", "Rule", "fold", "from_config",
+__all__ = ["Finding", "GuardSettings", "GuardState", "Level", "Rule", "fold",
            "observe", "stop_text", "warning_notice"]
 
 #: A finding's level: ``"stop"`` refuses the call, ``"warn"`` adds a notice.
@@ -78,19 +78,14 @@ class GuardSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_config(cls, cfg: GuardrailsConfig) -> "GuardSettings":
-        """The settings of ``[guardrails]`` (:func:`from_config`)."""
-        return from_config(cfg)
-
-
-def from_config(cfg: GuardrailsConfig) -> GuardSettings:
-    """The settings of ``[guardrails]``; streaks and cycles stop at the no-progress stop."""
-    stop = cfg.idempotent_no_progress[1]
-    return GuardSettings(
-        hard_stop=cfg.hard_stop, exact_failure=cfg.exact_failure,
-        same_tool_failure=cfg.same_tool_failure,
-        idempotent_no_progress=cfg.idempotent_no_progress,
-        identical_streak=(min(3, stop), stop), cycle=(min(3, stop), stop),
-        max_web_searches=cfg.max_web_searches)
+        """The settings of ``[guardrails]``; streaks and cycles stop at the no-progress stop."""
+        stop = cfg.idempotent_no_progress[1]
+        return cls(
+            hard_stop=cfg.hard_stop, exact_failure=cfg.exact_failure,
+            same_tool_failure=cfg.same_tool_failure,
+            idempotent_no_progress=cfg.idempotent_no_progress,
+            identical_streak=(min(3, stop), stop), cycle=(min(3, stop), stop),
+            max_web_searches=cfg.max_web_searches)
 
 
 class Finding(msgspec.Struct, frozen=True):

@@ -1,9 +1,9 @@
-"""Turns and iterations, seen from a proxy: where a turn starts, and a resend recognised.
+"""Turns, seen from a proxy: where a turn starts, its key, and the daemon's own text.
 
 Issue 25: a turn is everything since the newest *real* user message of the history a
 client sends, each call within it an iteration; budgets and guardrail counters reset on
-a new turn, and the same call resent (a client retry) is not a new iteration. The
-daemon's own notices start with :data:`NOTICE_MARKER`. Pure: histories in, marks out.
+a new turn. The daemon's own notices start with :data:`NOTICE_MARKER`. Pure: histories
+in, marks out.
 
 Rules:
 
@@ -17,19 +17,12 @@ Rules:
   and daemon text left out, so the same message re-serialised keeps its key. Compression
   keeps the newest request verbatim (``domain.context.boundaries``: the tail always holds
   it), so a compressed history keeps the key; its index may drop, never grow.
-* A new turn (:func:`is_new_turn`): a different key, or the same key at a *later* index
-  (the user sent the same words again, "continue" twice). A lower index with the same
-  key is the same turn, compacted.
-* A resend (:func:`is_resend`): the same :class:`IterationKey` as the call before it —
-  the same turn key, the same start and the same number of messages after the start. A
-  turn's history only grows between calls, so a retry, which sends exactly the same
-  history again, is the only call that repeats it. Pass the client's messages as sent,
-  not the governed (rewritten) history.
+* Which call opens a new turn, and which is a resend, the runaway stage decides from the
+  items it has not seen yet (``domain.admission.runaway_stage``).
 """
 
 import hashlib
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from sessionwarden.domain.context.messages import Message, Text, ToolResult
 from sessionwarden.domain.context.spill import TRUNCATION_MARKER
@@ -39,12 +32,8 @@ __all__ = [
     "DAEMON_PREFIXES",
     "NOTICE_MARKER",
     "SPILL_NOTE",
-    "IterationKey",
     "is_daemon_text",
-    "is_new_turn",
     "is_real_user_message",
-    "is_resend",
-    "iteration_key",
     "runtime_notice",
     "turn_key",
     "turn_start",
@@ -106,41 +95,3 @@ def turn_key(message: Message) -> str:
         # length-prefixed: ["ab", "c"] and ["a", "bc"] are different messages
         digest.update(len(encoded).to_bytes(8, "big") + encoded)
     return digest.hexdigest()
-
-
-class IterationKey(NamedTuple):
-    """Which call of which turn a history is (module doc).
-
-    Attributes:
-        turn: :func:`turn_key` of the turn's opening message (``""`` with no user message).
-        start: its index in the history (``-1`` with no user message).
-        items: the messages after it.
-    """
-
-    turn: str
-    start: int
-    items: int
-
-
-def iteration_key(messages: Sequence[Message]) -> IterationKey:
-    """The :class:`IterationKey` of the call that sends ``messages``.
-
-    A history with no real user message (a system prompt and tool traffic only) is one
-    turn with the empty key, starting before its first message.
-    """
-    start = turn_start(messages)
-    if start is None:
-        return IterationKey("", -1, len(messages))
-    return IterationKey(turn_key(messages[start]), start, len(messages) - start - 1)
-
-
-def is_new_turn(previous: IterationKey | None, current: IterationKey) -> bool:
-    """Whether ``current`` opens a turn after ``previous`` (None: nothing seen yet)."""
-    if previous is None:
-        return True
-    return current.turn != previous.turn or current.start > previous.start
-
-
-def is_resend(previous: IterationKey | None, current: IterationKey) -> bool:
-    """Whether ``current`` resends the call of ``previous`` (a retry: not an iteration)."""
-    return previous is not None and previous == current

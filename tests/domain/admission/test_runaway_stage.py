@@ -225,3 +225,19 @@ def test_the_links_of_a_stored_chain_count_in_the_turn_they_continue() -> None:
         sent = admit(state, run, link)
     assert counts(state) == (3, "grace")
     assert json.loads(sent.body.fields_bytes)["tool_choice"] == "none"
+
+
+def test_a_new_turn_with_the_same_words_gets_its_own_grace_call() -> None:
+    state, run = SessionState("s"), settings(1)
+    history = [{"role": "user", "content": "continue"}]
+    admit(state, run, request(history, "k0", tools=[SHELL]))
+    history += rounds(1)
+    admit(state, run, request(history, "k1", tools=[SHELL]))
+    history += [{"role": "assistant", "content": "done"}]
+    assert admit(state, run, request(history, "k2", tools=[SHELL])).reply is not None
+    # The user says "continue" again: a new turn, whose own budget ends in a grace call.
+    history += [{"role": "user", "content": "continue"}]
+    admit(state, run, request(history, "k3", tools=[SHELL]))
+    history += rounds(1, "echo again")
+    spent = admit(state, run, request(history, "k4", tools=[SHELL]))
+    assert spent.reply is None and counts(state) == (2, "grace")
