@@ -10,7 +10,8 @@ Rules:
   of the same call is not counted, and records none). ``used`` is the turn's count after
   it, ``limit`` the budget it ran under (0: unlimited), ``decision`` what the budget
   decided: ``forward``, ``grace`` (forwarded once more with tools disabled and a
-  notice) or ``answer`` (answered by the daemon, not sent). ``turn`` names the turn (a
+  notice) or ``answer`` (answered by the daemon, not sent); or ``stop``: a guardrail
+  stopped it (answered by the daemon, not sent). ``turn`` names the turn (a
   digest of its opening user message), ``items`` and ``last`` the client's items as seen
   (how many, and the identity of the last): what recognises a resend and what is new.
   ``child`` names the child session (``X-Session-Parent``) whose call this count of the

@@ -54,7 +54,7 @@ from sessionwarden.domain.runaway.guardrails import (
     warning_notice,
 )
 from sessionwarden.domain.runaway.signals import observations
-from sessionwarden.domain.runaway.turns import turn_key, turn_start
+from sessionwarden.domain.runaway.turns import runtime_notice, turn_key, turn_start
 from sessionwarden.domain.session import SessionState, Turn
 from sessionwarden.events import Event, GuardrailTripped, IterationCounted
 
@@ -142,15 +142,14 @@ def govern_runaway(settings: RunawaySettings, state: SessionState, request: Call
         decision = "answer" if graced else "grace"
     # Adopted by the session's actor once the admission is durable, like the context.
     request = msgspec.structs.replace(request, guards=memory)
-    events: list[Event] = [IterationCounted(
-        call_id=request.call_id, turn=key, used=used + 1, limit=limit, decision=decision,
-        items=len(items), last=last)]
-    events.extend(_tripped(request.call_id, findings))
     stop = next((f for f in findings if f.level == "stop"), None)
+    events: list[Event] = [IterationCounted(
+        call_id=request.call_id, turn=key, used=used + 1, limit=limit,
+        decision="stop" if stop is not None else decision, items=len(items), last=last)]
+    events.extend(_tripped(request.call_id, findings))
     if stop is not None:
-        return Proceed(msgspec.structs.replace(request, reply=LocalReply(
-            "guardrail", stop_text(stop), *_error(settings, "guardrail_stop"))),
-            tuple(events))
+        return Proceed(msgspec.structs.replace(request, reply=_stopped(
+            settings, stop_text(stop))), tuple(events))
     if decision == "answer":
         return Proceed(msgspec.structs.replace(request, reply=_exhausted(
             settings, limit, request)), tuple(events))
@@ -166,6 +165,8 @@ def _again(settings: RunawaySettings, request: CallRequest, turn: Turn) -> Stage
     if turn.decision == "answer":
         return Proceed(msgspec.structs.replace(request,
                                                reply=_exhausted(settings, turn.limit, request)))
+    if turn.decision == "stop":  # a client retrying a stopped call (a 429) is stopped again
+        return Proceed(msgspec.structs.replace(request, reply=_stopped(settings, _STOPPED)))
     if turn.decision == "grace":
         assert isinstance(request.body, Conversation)
         return Proceed(_without_tools(request, request.body))
@@ -231,6 +232,18 @@ def _parent_spent(request: CallRequest) -> bool:
 
 def _error(settings: RunawaySettings, code: str) -> tuple[int, str]:
     return (429, code) if settings.on_exhausted == "error" else (200, "")
+
+
+#: The answer to a resend of a call a guardrail stopped (its findings are not kept).
+_STOPPED = runtime_notice("tool-loop guardrail stopped this turn", (
+    "This call repeats one a tool-loop guardrail stopped; sessionwarden answered it"
+    " without sending it. Summarise what is done and what is left; a new user message"
+    " starts a new turn."))
+
+
+def _stopped(settings: RunawaySettings, text: str) -> LocalReply:
+    status, code = _error(settings, "guardrail_stop")
+    return LocalReply("guardrail", text, status, code)
 
 
 def _exhausted(settings: RunawaySettings, limit: int, request: CallRequest) -> LocalReply:

@@ -241,3 +241,18 @@ def test_a_new_turn_with_the_same_words_gets_its_own_grace_call() -> None:
     history += rounds(1, "echo again")
     spent = admit(state, run, request(history, "k4", tools=[SHELL]))
     assert spent.reply is None and counts(state) == (2, "grace")
+
+
+def test_a_retry_of_a_stopped_call_is_stopped_again() -> None:
+    state = SessionState("s")
+    run = settings(0, hard_stop=True)._replace(on_exhausted="error")
+    task = [{"role": "user", "content": "go"}]
+    for n in range(1, 6):
+        last = admit(state, run, request(task + rounds(n), f"k{n}"))
+    assert last.reply is not None and last.reply.status == 429
+    assert counts(state) == (5, "stop")
+    # The client's SDK retries the 429: the same items, answered again, not sent.
+    again = govern_runaway(run, state, request(task + rounds(5), "k6"), NOW)
+    assert isinstance(again, Proceed) and not again.events
+    assert again.request.reply is not None and again.request.reply.refused == "guardrail"
+    assert again.request.reply.code == "guardrail_stop"
