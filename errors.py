@@ -46,6 +46,8 @@ The tree::
     ├── sessionwarden.actors.errors.ActorError       the actor shells
     │   ├── ActorUnavailable
     │   └── ActorCrash
+    ├── sessionwarden.views.errors.ViewError         the read side
+    │   └── NotReplayable
     ├── sessionwarden.upstream.errors.UpstreamError  wire formats and streams
     │   ├── MalformedRequest
     │   ├── MalformedResponse

@@ -21,6 +21,7 @@ MODULES = [
     ("sessionwarden.domain.errors", "sessionwarden.domain"),
     ("sessionwarden.actors.errors", "sessionwarden.actors"),
     ("sessionwarden.upstream.errors", "sessionwarden.upstream"),
+    ("sessionwarden.views.errors", "sessionwarden.views"),
     ("sessionwarden.cmd.errors", "sessionwarden.cmd"),
     ("sessionwarden.errors", "sessionwarden.errors"),
 ]
@@ -33,6 +34,7 @@ ERROR_ROOTS = [
     ("sessionwarden.domain.errors", "DomainError"),
     ("sessionwarden.actors.errors", "ActorError"),
     ("sessionwarden.upstream.errors", "UpstreamError"),
+    ("sessionwarden.views.errors", "ViewError"),
     ("sessionwarden.cmd.errors", "CommandError"),
 ]
 

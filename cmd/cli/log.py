@@ -23,10 +23,11 @@ from typing import Any
 
 import msgspec
 from sessionwarden.cmd.cli.options import common_options
-from sessionwarden.cmd.cli.replay_call import content_references, run_replay_call
+from sessionwarden.cmd.cli.replay_call import run_replay_call
 from sessionwarden.cmd.errors import UsageError
 from sessionwarden.store import EventLog, RecordedEvent, replay
 from sessionwarden.text import json_safe, printable
+from sessionwarden.views.sent_requests import content_references
 from sessionwarden.views.wiring import default_projections
 
 __all__ = ["REPLAY_EXIT_CODES", "add_log_commands"]

@@ -252,8 +252,8 @@ def test_a_request_too_long_for_the_upstream_is_compressed_further_and_resent_on
     daemons: Daemons, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from sessionwarden.cmd.cli.main import main
-    from sessionwarden.cmd.cli.replay_call import rebuild
     from sessionwarden.events import CallResent, ContextCompressed
+    from sessionwarden.views.sent_requests import rebuild
 
     daemon = daemons.start(provider_extra="")
     daemon.stop()
@@ -301,8 +301,8 @@ def test_a_request_too_long_for_the_upstream_is_compressed_further_and_resent_on
 def test_while_no_key_can_take_a_call_the_models_fallback_route_serves_it(
     tmp_path: Path, fake: FakeProviderServer
 ) -> None:
-    from sessionwarden.cmd.cli.replay_call import rebuild
     from sessionwarden.events import CallResent
+    from sessionwarden.views.sent_requests import rebuild
 
     extra = f"""
 [[providers]]

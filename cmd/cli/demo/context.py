@@ -29,12 +29,12 @@ from typing import Any
 import msgspec
 from sessionwarden.cmd.cli.demo.client import Demo
 from sessionwarden.cmd.cli.demo.config import DEMO_MODEL
-from sessionwarden.cmd.cli.replay_call import rebuild
 from sessionwarden.cmd.errors import CommandError
 from sessionwarden.domain.session import session_stream
 from sessionwarden.events import CODEC, ToolResultSpilled
 from sessionwarden.store import EventLog
 from sessionwarden.text import printable
+from sessionwarden.views.sent_requests import rebuild
 
 __all__ = ["compressed_session", "spilled_result"]
 
