@@ -87,9 +87,10 @@ class Resend(msgspec.Struct, frozen=True):
     """The upstream said an admitted call was too long: govern it again, more compressed.
 
     ``request`` is the client's request as first asked (before governance), under the
-    admitted call's id; ``reason`` the error's class. Reply: the new governed
-    ``CallRequest`` once CallResent is durable, or None when there is nothing more to
-    compress (the error is then relayed as it came).
+    admitted call's id; ``reason`` the error's class. Reply: an :class:`AdmissionGranted`
+    with the new governed ``CallRequest`` and the compression decided for it, once
+    CallResent is durable, or None when there is nothing more to compress (the error is
+    then relayed as it came).
     """
 
     request: CallRequest
@@ -119,9 +120,15 @@ class Abandon(msgspec.Struct, frozen=True):
 
 
 class AdmissionGranted(msgspec.Struct, frozen=True):
-    """Reply: the call is admitted, durably; forward ``request`` (possibly rewritten)."""
+    """Reply: the call is admitted, durably; forward ``request`` (possibly rewritten).
+
+    ``decided``: the events the admission stages decided for the call, as appended (its
+    spills, its compression, its iteration count, ...): the call's trace span shows them
+    without reading the log back (``cmd/daemon/tracing``).
+    """
 
     request: CallRequest
+    decided: tuple[Event, ...] = ()
 
 
 class AdmissionRefused(msgspec.Struct, frozen=True):

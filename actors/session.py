@@ -285,7 +285,7 @@ class SessionActor(GovernedActor):
                 state.adopt(verdict.request.context)
             if verdict.request.guards is not None:
                 state.guards = verdict.request.guards
-            answer = AdmissionGranted(verdict.request)
+            answer = AdmissionGranted(verdict.request, verdict.events)
         else:
             answer = AdmissionRefused(verdict.status, verdict.message, verdict.code,
                                       verdict.kind, verdict.retry_after_s)
@@ -411,7 +411,8 @@ class SessionActor(GovernedActor):
         part = StreamAppend(session_stream(state.session_id),
                             tuple(new_event(e) for e in events), ANY,
                             contents=tuple(Content(k, d) for k, d in governed.contents))
-        self._append(state.session_id, [part], reply, governed)
+        self._append(state.session_id, [part], reply,
+                     AdmissionGranted(governed, tuple(events[1:-1])))
         return PENDING
 
     def _reroute(self, message: Reroute, reply: Reply) -> object:

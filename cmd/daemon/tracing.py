@@ -4,8 +4,10 @@ Optional (the ``otel`` extra: the official SDK and its OTLP/HTTP exporter): ``[o
 endpoint`` set makes the runtime build a :class:`Tracing` that the call path
 (``proxy/calls.complete``, and ``proxy/relay`` for a refusal) hands each finished call to.
 A span is made only once the call's completion is durable, from what the log recorded
-(tokens, cost, attempts) and the request as admitted (notices, the daemon's own answer),
-and queued for a background thread that posts batches to ``{endpoint}/v1/traces``.
+(tokens, cost, attempts), the request as admitted (notices, the daemon's own answer) and
+the events admission decided for it (``ProxiedCall.decided``: spills, a compression,
+handed back with the verdict, never read from the log again), and queued for a
+background thread that posts batches to ``{endpoint}/v1/traces``.
 
 Rules:
 - Export never blocks or fails a call: the queue is bounded, a full queue or a failed
@@ -42,7 +44,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from prometheus_client import CollectorRegistry, Counter
 from sessionwarden.config import OtelConfig, ProviderConfig
 from sessionwarden.domain.calls import CallOutcome, CallRequest
-from sessionwarden.events import CallCompleted
+from sessionwarden.events import CallCompleted, ContextCompressed, Event, ToolResultSpilled
 from sessionwarden.redact import default_redactor
 
 __all__ = ["MAX_QUEUE", "ProxiedCall", "Tracing"]
@@ -77,6 +79,7 @@ class ProxiedCall(Protocol):
     admitted: CallRequest | None
     client_request: CallRequest | None
     side: CallRequest | None
+    decided: tuple[Event, ...]
 
     def outcome(self, outcome: str, **facts: Any) -> CallOutcome: ...
 
@@ -217,6 +220,11 @@ class Tracing:
                 span.add_event("sessionwarden.answered", {
                     "sessionwarden.reason": request.reply.refused,
                     "http.response.status_code": request.reply.status})
+        for event in call.decided:
+            if isinstance(event, ToolResultSpilled):
+                span.add_event("sessionwarden.spill", _spilled(event))
+            elif isinstance(event, ContextCompressed):
+                span.add_event("sessionwarden.compaction", _compressed(event))
         if refusal is not None:
             span.add_event("sessionwarden.refused", {
                 "sessionwarden.reason": refusal[0], "sessionwarden.message": refusal[1][:500]})
@@ -278,6 +286,54 @@ class Tracing:
             self.processor._batch_processor.shutdown(timeout_millis=int(timeout_s * 1000))
         except Exception as exc:
             logger.warning("OpenTelemetry export did not shut down cleanly: {}", exc)
+
+
+def _spilled(event: ToolResultSpilled) -> dict[str, Any]:
+    """A spilled tool result's event: which, why, how big, and whether it was cut inline.
+
+    The spill file's name is a content hash, not the client's tool call id (which may be
+    anything a client sends); ``message`` is the result's position in the request.
+    """
+    found: dict[str, Any] = {
+        "gen_ai.tool.name": event.tool,
+        "sessionwarden.spill.message": event.message,
+        "sessionwarden.spill.reason": event.reason,
+        "sessionwarden.spill.chars": event.chars,
+        "sessionwarden.spill.bytes": event.bytes,
+        "sessionwarden.spill.preview_chars": event.preview_chars,
+        "sessionwarden.spill.truncated": event.truncated,
+    }
+    if event.file:
+        found["sessionwarden.spill.file"] = event.file
+    if event.error:
+        found["sessionwarden.spill.error"] = event.error[:200]
+    return found
+
+
+def _compressed(event: ContextCompressed) -> dict[str, Any]:
+    """A compression's event: why, by what, and what it saved (no summary text, no focus)."""
+    found: dict[str, Any] = {
+        "sessionwarden.compaction.trigger": event.trigger,
+        "sessionwarden.compaction.summariser": event.summariser,
+        "sessionwarden.compaction.source": event.source,
+        "sessionwarden.compaction.tokens_before": event.tokens_before,
+        "sessionwarden.compaction.tokens_after": event.tokens_after,
+        "sessionwarden.compaction.tokens_saved": event.tokens_before - event.tokens_after,
+        "sessionwarden.compaction.threshold": event.threshold,
+        "sessionwarden.compaction.messages_before": event.messages_before,
+        "sessionwarden.compaction.messages_after": event.messages_after,
+        "sessionwarden.compaction.summarised": event.summarised,
+        "sessionwarden.compaction.pruned": event.pruned,
+        "sessionwarden.compaction.prepared": event.prepared,
+        "sessionwarden.compaction.waited_ms": event.waited_ms,
+    }
+    if event.model:
+        found["sessionwarden.compaction.model"] = event.model
+    if event.saved_usd_per_call:
+        found["sessionwarden.compaction.saved_usd_per_call"] = event.saved_usd_per_call
+    if event.cache_write_usd:
+        found["sessionwarden.compaction.cache_write_usd"] = event.cache_write_usd
+    return found
 
 
 def _last_item(request: CallRequest) -> str:

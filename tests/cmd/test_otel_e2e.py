@@ -248,6 +248,14 @@ def test_a_summary_is_a_child_span_of_the_call_it_served_and_cache_counts_as_inp
     assert found["gen_ai.usage.output_tokens"] == 50
     assert Decimal(found["sessionwarden.cost.usd"]) == Decimal("0.00185")
     assert found["sessionwarden.cost.status"] == "actual"
+    # The compaction asked for is made at the call it served: an event of its span.
+    [compaction] = [attributes(e.attributes) for e in parent.events
+                    if e.name == "sessionwarden.compaction"]
+    assert compaction["sessionwarden.compaction.trigger"] == "requested"
+    assert compaction["sessionwarden.compaction.summariser"] == "model"
+    assert compaction["sessionwarden.compaction.model"] == "fake/sum-model"
+    assert compaction["sessionwarden.compaction.prepared"] is False
+    assert compaction["sessionwarden.compaction.summarised"] > 0
 
 
 def test_a_refusal_is_a_span_event(
@@ -304,3 +312,119 @@ def test_the_grace_call_and_the_daemons_answer_are_span_events(
     assert event.name == "sessionwarden.answered"
     assert attributes(event.attributes)["sessionwarden.reason"] == "iteration_budget"
     assert attributes(span.attributes)["sessionwarden.outcome"] == "answered"
+
+
+def test_a_spilled_tool_result_is_a_span_event_written_or_cut_inline(
+    receiver: Receiver, made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    from tests.cmd.test_context_e2e import history, lines, turn
+
+    big = lines(1500)  # 150,000 characters: over gpt-test's result limit
+    messages = history(turn([("call_1", "terminal", "ok"), ("call_2", "terminal", big)]))
+    endpoint = config(f"http://127.0.0.1:{receiver.port}")
+    spilled: dict[str, Any] = {}
+    for where in ("written", "blocked"):
+        (tmp_path / where).mkdir()
+        if where == "blocked":  # a file where the spill directory should be
+            (tmp_path / where / "spill").write_text("not a directory")
+        daemon = start_made(made, tmp_path / where, fake, endpoint)
+        with daemon.openai(session=f"traced-spill-{where}") as client:
+            answer = client.chat.completions.with_raw_response.create(
+                model=MODEL, messages=messages)  # type: ignore[arg-type]
+        spilled[answer.headers["x-sessionwarden-call-id"]] = where
+        assert daemon.rt is not None and daemon.rt.tracing is not None
+        assert daemon.rt.tracing.flush()
+    spans = {attributes(s.attributes)["sessionwarden.call.id"]: s for _, s in receiver.spans}
+    assert set(spans) == set(spilled)
+    for call_id, where in spilled.items():
+        [event] = spans[call_id].events
+        assert event.name == "sessionwarden.spill"
+        found = attributes(event.attributes)
+        assert found["gen_ai.tool.name"] == "terminal"
+        assert found["sessionwarden.spill.message"] == len(messages) - 1
+        assert found["sessionwarden.spill.reason"] == "result"
+        assert found["sessionwarden.spill.chars"] == found["sessionwarden.spill.bytes"] == 150_000
+        assert 0 < found["sessionwarden.spill.preview_chars"] < 2_500
+        if where == "written":
+            assert found["sessionwarden.spill.truncated"] is False
+            assert (tmp_path / where / "spill" / found["sessionwarden.spill.file"]).read_text() \
+                == big
+            assert "sessionwarden.spill.error" not in found
+        else:
+            assert found["sessionwarden.spill.truncated"] is True
+            assert found["sessionwarden.spill.error"]
+            assert "sessionwarden.spill.file" not in found
+    # The tool call's id and the result's text are not exported.
+    exported = repr([s for _, s in receiver.spans])
+    assert "call_2" not in exported and big[:200] not in exported
+
+
+def test_a_compaction_prepared_ahead_is_a_span_event_of_the_call_it_was_applied_to(
+    receiver: Receiver, made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    from sessionwarden.events import CompressionPreparing, ContextCompressed
+
+    from tests.cmd.test_prepared_ahead import MODEL as AHEAD
+    from tests.cmd.test_prepared_ahead import SUMMARY, events, play_until
+
+    fake.state.by_model["sum-model"] = {"reply": SUMMARY, "delay_ms": 200}
+    daemon = start_made(made, tmp_path, fake,
+                        config(f"http://127.0.0.1:{receiver.port}") + AHEAD)
+    play_until(daemon, "traced-ahead", ContextCompressed, settle=CompressionPreparing)
+    [compressed] = [e for e in events(daemon, "traced-ahead")
+                    if isinstance(e, ContextCompressed)]
+    assert daemon.rt is not None and daemon.rt.tracing is not None
+    assert daemon.rt.tracing.flush()
+    spans = {attributes(s.attributes)["sessionwarden.call.id"]: s for _, s in receiver.spans}
+    with_compaction = [call_id for call_id, s in spans.items()
+                       if any(e.name == "sessionwarden.compaction" for e in s.events)]
+    assert with_compaction == [compressed.call_id]
+    [event] = [e for e in spans[compressed.call_id].events
+               if e.name == "sessionwarden.compaction"]
+    found = attributes(event.attributes)
+    assert found["sessionwarden.compaction.trigger"] == "threshold"
+    assert found["sessionwarden.compaction.prepared"] is True
+    assert found["sessionwarden.compaction.waited_ms"] == 0
+    assert found["sessionwarden.compaction.summariser"] == "model"
+    assert found["sessionwarden.compaction.tokens_before"] == compressed.tokens_before
+    assert found["sessionwarden.compaction.tokens_after"] == compressed.tokens_after
+    assert found["sessionwarden.compaction.tokens_saved"] \
+        == compressed.tokens_before - compressed.tokens_after > 0
+    assert found["sessionwarden.compaction.threshold"] == compressed.threshold
+    assert found["sessionwarden.compaction.saved_usd_per_call"] \
+        == compressed.saved_usd_per_call != ""
+    assert found["sessionwarden.compaction.cache_write_usd"] == compressed.cache_write_usd
+    # No summary text leaves the daemon.
+    assert SUMMARY not in repr([s for _, s in receiver.spans])
+
+
+def test_a_call_too_long_for_the_upstream_shows_its_failed_attempt_and_the_compaction(
+    receiver: Receiver, made: list[InProcessDaemon], tmp_path: Path, fake: FakeProviderServer
+) -> None:
+    # Compression off: the history goes whole, the upstream finds it too long, and the
+    # call is governed again (compressed) and resent once.
+    daemon = start_made(made, tmp_path, fake, config(f"http://127.0.0.1:{receiver.port}")
+                        + '[compression]\nenabled = false\n[[models]]\nname = "small"\n'
+                          'provider = "fake"\ncontext_length = 16000\n')
+    history: list[dict[str, str]] = []
+    for turn in range(30):
+        history.append({"role": "user", "content": f"question {turn}: " + "why? " * 240})
+        history.append({"role": "assistant", "content": f"answer {turn}: " + "because. " * 130})
+    history.append({"role": "user", "content": "and now, the last question?"})
+    fake.state.by_model["small"] = {
+        "max_prompt_chars": sum(len(m["content"]) for m in history) // 2}
+    with daemon.openai(session="traced-too-long") as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model="small", messages=history)  # type: ignore[arg-type]
+    assert raw.http_response.status_code == 200
+    assert daemon.rt is not None and daemon.rt.tracing is not None
+    assert daemon.rt.tracing.flush()
+    [(_, span)] = receiver.spans
+    assert [e.name for e in span.events] == ["sessionwarden.failover",
+                                             "sessionwarden.compaction"]
+    failed, compaction = (attributes(e.attributes) for e in span.events)
+    assert (failed["http.response.status_code"], failed["error.type"]) == (
+        400, "context_overflow")
+    assert compaction["sessionwarden.compaction.trigger"] == "requested"
+    assert compaction["sessionwarden.compaction.prepared"] is False
+    assert compaction["sessionwarden.compaction.tokens_saved"] > 0

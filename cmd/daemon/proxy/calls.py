@@ -55,7 +55,7 @@ from sessionwarden.config import ProviderConfig
 from sessionwarden.domain.calls import CallAttempt, CallOutcome, CallRequest
 from sessionwarden.domain.errors import UnknownCall
 from sessionwarden.errors import Unavailable
-from sessionwarden.events import CallCompleted
+from sessionwarden.events import CallCompleted, Event
 
 __all__ = ["CallIdentity", "Next", "ProxiedCall", "admit", "complete", "new_call_id", "release_key",
            "request_lease", "return_lease", "served", "take_lease"]
@@ -116,6 +116,7 @@ class ProxiedCall:
         "body",
         "bounded",
         "client_request",
+        "decided",
         "endpoint",
         "error_class",
         "identity",
@@ -156,6 +157,9 @@ class ProxiedCall:
         self.resent = False
         #: A side call's request (a summary), None for a client's call (its span's parent).
         self.side: CallRequest | None = None
+        #: The events admission decided for the call (spills, a compression, ...), and
+        #: those of a resend governed again: what its trace span shows of them.
+        self.decided: tuple[Event, ...] = ()
         self.body = b""
         # -- the attempts
         #: When the request last went upstream (a success ends benches set before it).

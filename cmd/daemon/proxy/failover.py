@@ -195,14 +195,15 @@ async def _resend(rt: Runtime, call: ProxiedCall, found: Classification, status:
         return Next.ANSWER
     call.resent = True
     try:
-        governed = await ask(rt.session_ref(call.session_id),
-                             Resend(call.client_request, found.error_class))
+        granted = await ask(rt.session_ref(call.session_id),
+                            Resend(call.client_request, found.error_class))
     except Unavailable as exc:
         logger.warning("call {}: not governed again: {}", call.call_id, exc)
         return Next.ANSWER
-    if governed is None:
+    if granted is None:
         return Next.ANSWER
-    sent = governed.body
+    call.decided += granted.decided  # its span shows this compression too
+    sent = granted.request.body
     call.body = adapter.upstream_body(sent.fields_bytes, sent.items)
     call.attempts.append(CallAttempt(credential=call.lease.fingerprint, status=status,
                                      error_class=found.error_class))

@@ -313,7 +313,7 @@ async def _admit(rt: Runtime, call: ProxiedCall, leasing: "asyncio.Future[Leased
         await send_error(send, verdict.status, verdict.message, kind=verdict.kind,
                          code=verdict.code or None, headers=refused)
         return None
-    call.admitted = verdict.request
+    call.admitted, call.decided = verdict.request, verdict.decided
     return verdict.request
 
 
