@@ -20,6 +20,7 @@ falls back to ``view_ledger``.
 """
 
 from collections.abc import Sequence
+from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -27,7 +28,7 @@ import apsw
 from sessionwarden.domain.usage.recorded import EXACT as _EXACT
 from sessionwarden.domain.usage.recorded import exact_sum
 
-__all__ = ["ROLLUP_TABLE", "add_to_rollup", "create_rollup"]
+__all__ = ["ROLLUP_TABLE", "add_to_rollup", "create_rollup", "spend_by_day"]
 
 ROLLUP_TABLE = "view_ledger_daily"
 
@@ -87,3 +88,29 @@ _UPSERT = (
     + ", cost = sw_add_costs(cost, excluded.cost), first_at = min(first_at, excluded.first_at),"
     " last_at = max(last_at, excluded.last_at)"
 )
+
+
+def spend_by_day(conn: apsw.Connection, today: date, days: int = 14) -> list[dict[str, Any]]:
+    """The ``days`` days up to ``today``, oldest first: calls, exact spend, unpriced calls.
+
+    A day without calls is listed with zeros (a chart's gaps are days, not missing rows);
+    an amount is an exact decimal string. Empty when the table does not exist yet.
+    """
+    first = today - timedelta(days=days - 1)
+    out: dict[str, tuple[int, Decimal, int]] = {
+        (first + timedelta(days=i)).isoformat(): (0, Decimal(0), 0) for i in range(days)}
+    try:
+        rows: list[Any] = conn.execute(
+            f"SELECT day, sum(calls), sum(unpriced), group_concat(cost, ' ') FROM {ROLLUP_TABLE}"
+            " WHERE day >= ? AND day <= ? GROUP BY day",
+            (first.isoformat(), today.isoformat())).fetchall()
+    except apsw.SQLError:  # a log no writer has opened since the table was added
+        return []
+    for day, calls, unpriced, costs in rows:
+        if day in out:
+            total = Decimal(0)
+            for cost in str(costs or "").split():
+                total = _EXACT.add(total, Decimal(cost))
+            out[day] = (calls, total, unpriced)
+    return [{"day": day, "calls": n, "spent": str(_EXACT.plus(total)), "unpriced": unpriced}
+            for day, (n, total, unpriced) in out.items()]

@@ -22,7 +22,7 @@ from typing import cast
 
 from sessionwarden import __version__
 from sessionwarden.clock import Clock, SystemClock
-from sessionwarden.cmd.cli.daemon import add_daemon_command
+from sessionwarden.cmd.cli.daemon import add_daemon_command, add_ui_command
 from sessionwarden.cmd.cli.keys import add_keys_commands
 from sessionwarden.cmd.cli.log import add_log_commands
 from sessionwarden.cmd.cli.options import Parser, common_options
@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
     add_daemon_command(sub)
+    add_ui_command(sub)
     add_log_commands(sub)
     add_usage_commands(sub)
     add_keys_commands(sub)

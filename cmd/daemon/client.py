@@ -1,9 +1,11 @@
-"""Asks the daemon running beside a command what only its memory holds: leases in flight.
+"""Asks the daemon running beside a command what only it holds: leases, sign-in codes.
 
 The log records calls, not leases: how many calls each key serves *right now* is the
-running pool's memory. ``sessionwarden keys list`` finds the daemon that holds its log
-through the lock file's announcement (``store.lock.read_announcement``: a live pid and
-its URL) and asks the control API's ``GET /v1/keys`` with the clients' bearer token
+running pool's memory; and a one-time code that signs a browser in to the live page
+(``sessionwarden ui``: :func:`sign_in_link`) is the daemon's to give. A command finds
+the daemon that holds its log through the lock file's announcement
+(``store.lock.read_announcement``: a live pid and its URL) and asks it (``GET /v1/keys``,
+``POST /v1/ui/codes``) with the clients' bearer token
 (``$SESSIONWARDEN_TOKEN``, else the token file beside the log, read as the daemon
 reads it). No daemon holding the log means no call in flight: every count is 0.
 
@@ -16,7 +18,8 @@ name to resolve, credentials, a path or a query. Any other address is not asked.
 Whatever goes wrong — no token here, such an address, a daemon that does not answer
 within :data:`TIMEOUT_S` (the whole exchange, however slowly it trickles), a refusal, a
 body that is not the daemon's — the counts are unknown, with one short reason for the
-command to print; nothing raises, and the token is never printed.
+command to print (nothing raises; :func:`sign_in_link` raises a CommandError saying it),
+and the token is never printed.
 """
 
 import http.client
@@ -33,10 +36,10 @@ from urllib.parse import urlsplit
 
 import msgspec
 from sessionwarden.cmd.daemon.private import TOKEN_ENV, read_private_file, token_file
-from sessionwarden.cmd.errors import UnsafeFile
+from sessionwarden.cmd.errors import CommandError, UnsafeFile
 from sessionwarden.store import read_announcement
 
-__all__ = ["TIMEOUT_S", "InFlight", "leases_in_flight"]
+__all__ = ["TIMEOUT_S", "InFlight", "daemon_url", "leases_in_flight", "sign_in_link"]
 
 #: How long a command waits for the daemon's answer, in seconds.
 TIMEOUT_S = 2.0
@@ -52,11 +55,13 @@ class _Key(msgspec.Struct, frozen=True):
     in_flight: int
 
 
-class _Answer(msgspec.Struct, frozen=True):
+class _Keys(msgspec.Struct, frozen=True):
     keys: list[_Key]
 
 
-_decode = msgspec.json.Decoder(_Answer).decode
+_decode = msgspec.json.Decoder(_Keys).decode
+#: The path of a sign-in link as the daemon makes it (``cmd/daemon/ui/signin.py``).
+_CODE_PATH = re.compile(r"/ui/signin\?code=[A-Za-z0-9_-]{16,64}")
 
 
 class InFlight(NamedTuple):
@@ -121,8 +126,15 @@ def _on_this_machine(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> 
     return True
 
 
-def leases_in_flight(db: Path, environ: Mapping[str, str] | None = None) -> InFlight:
-    """The leases in flight of every key of the daemon holding ``db``.
+class _Answer(NamedTuple):
+    status: int
+    body: bytes
+    who: str
+
+
+def _ask(db: Path, environ: Mapping[str, str] | None, method: str,
+         path: str) -> _Answer | str | None:
+    """The daemon holding ``db``'s answer to ``method path``; why not; None if none runs.
 
     The whole exchange, connection included, ends within :data:`TIMEOUT_S` (a little
     more only while the connection is being made): a daemon, or a program posing as one,
@@ -130,23 +142,20 @@ def leases_in_flight(db: Path, environ: Mapping[str, str] | None = None) -> InFl
     """
     running = read_announcement(db)
     if running is None:
-        return InFlight({})
+        return None
     who = f"the daemon (pid {running.pid})"
     address = _address(running.url)
     if address is None:
-        return InFlight(None, f"{who} announced an address that is not a plain http:// "
-                              "address on this machine (see its lock file)")
+        return (f"{who} announced an address that is not a plain http:// "
+                "address on this machine (see its lock file)")
     token = _token(db, os.environ if environ is None else environ)
     if token is None:
-        return InFlight(None, f"{who} runs, but its token is not readable here "
-                              f"(set {TOKEN_ENV})")
+        return f"{who} runs, but its token is not readable here (set {TOKEN_ENV})"
     if not _TOKEN.fullmatch(token):
         # Never sent, never echoed: a line break would forge headers, and an error
         # naming the header would print the token.
-        return InFlight(None, f"the token here is not one a daemon could have: printable "
-                              f"ASCII only (check {TOKEN_ENV} or the token file)")
-    where = f"http://{address[0]}:{address[1]}" if ":" not in address[0] else (
-        f"http://[{address[0]}]:{address[1]}")
+        return (f"the token here is not one a daemon could have: printable "
+                f"ASCII only (check {TOKEN_ENV} or the token file)")
     deadline = time.monotonic() + TIMEOUT_S
     connection = http.client.HTTPConnection(*address, timeout=TIMEOUT_S)
     cutoff: threading.Timer | None = None
@@ -157,27 +166,71 @@ def leases_in_flight(db: Path, environ: Mapping[str, str] | None = None) -> InFl
         cutoff = threading.Timer(max(0.0, deadline - time.monotonic()), _cut, (connection,))
         cutoff.daemon = True
         cutoff.start()
-        connection.request("GET", "/v1/keys", headers={"Authorization": f"Bearer {token}"})
+        connection.request(method, path, headers={"Authorization": f"Bearer {token}"})
         response = connection.getresponse()
         body = response.read(_MAX_ANSWER + 1)
         if time.monotonic() >= deadline:
             raise TimeoutError
     except (OSError, http.client.HTTPException) as exc:
-        return InFlight(None, f"{who} did not answer at {where} ({type(exc).__name__})")
+        return f"{who} did not answer at {daemon_url(address)} ({type(exc).__name__})"
     finally:
         if cutoff is not None:
             cutoff.cancel()
         connection.close()
     if response.status != 200:
         why = "the token here is not the daemon's" if response.status == 401 else ""
-        return InFlight(None, f"{who} answered {response.status}" + (f": {why}" if why else ""))
-    try:
-        answer = _decode(body) if len(body) <= _MAX_ANSWER else None
-    except msgspec.DecodeError:
-        answer = None
+        return f"{who} answered {response.status}" + (f": {why}" if why else "")
+    if len(body) > _MAX_ANSWER:
+        return f"{who} answered more than a daemon would"
+    return _Answer(response.status, body, who)
+
+
+def daemon_url(address: tuple[str, int]) -> str:
+    """``http://host:port`` of a daemon's ``address`` (an IPv6 host in brackets)."""
+    host = f"[{address[0]}]" if ":" in address[0] else address[0]
+    return f"http://{host}:{address[1]}"
+
+
+def leases_in_flight(db: Path, environ: Mapping[str, str] | None = None) -> InFlight:
+    """The leases in flight of every key of the daemon holding ``db`` (module docstring)."""
+    answer = _ask(db, environ, "GET", "/v1/keys")
     if answer is None:
-        return InFlight(None, f"{who} answered something that is not its key list")
-    return InFlight({(k.provider, k.fingerprint): k.in_flight for k in answer.keys})
+        return InFlight({})
+    if isinstance(answer, str):
+        return InFlight(None, answer)
+    try:
+        keys = _decode(answer.body)
+    except msgspec.DecodeError:
+        return InFlight(None, f"{answer.who} answered something that is not its key list")
+    return InFlight({(k.provider, k.fingerprint): k.in_flight for k in keys.keys})
+
+
+class _Code(msgspec.Struct, frozen=True):
+    path: str
+    expires_at: str
+
+
+def sign_in_link(db: Path, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """A one-time link to the live page of the daemon holding ``db``, and when it expires.
+
+    Raises:
+        CommandError: no daemon runs on ``db``, or it cannot be asked (the reason).
+    """
+    answer = _ask(db, environ, "POST", "/v1/ui/codes")
+    if answer is None:
+        raise CommandError(f"no daemon runs on {db}: start one with `sessionwarden daemon`"
+                           " (the page is the daemon's)")
+    if isinstance(answer, str):
+        raise CommandError(answer)
+    running = read_announcement(db)
+    address = _address(running.url) if running is not None else None
+    try:
+        code = msgspec.json.decode(answer.body, type=_Code)
+    except msgspec.DecodeError:
+        code = None
+    if address is None or code is None or not _CODE_PATH.fullmatch(code.path):
+        raise CommandError(f"{answer.who} answered something that is not a sign-in code")
+    return daemon_url(address) + code.path, code.expires_at
 
 
 def _cut(connection: http.client.HTTPConnection) -> None:

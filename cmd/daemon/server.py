@@ -9,7 +9,8 @@ The checks, in this order: its line and headers are within
 ``max_header_kib`` (counted while they arrive, ``cmd/daemon/protocol.py``: 431 otherwise); there
 is exactly one Host header, it parses as host[:port] and names this machine (a loopback
 name, or the explicitly allowed bind address), which defeats DNS rebinding from a
-browser; every path but ``/healthz`` (and ``/metrics``, see ``cmd/daemon/metrics.py``)
+browser; every path but ``/healthz`` (and ``/metrics``, see ``cmd/daemon/metrics.py``,
+and the live page under ``/ui``, which signs in with a cookie: ``cmd/daemon/ui``)
 needs the daemon's token, as ``Authorization:
 Bearer <token>`` or, the way Anthropic clients send a key, ``x-api-key: <token>``
 (compared in constant time); a body larger than the cap is refused with 413 as soon as
@@ -45,6 +46,7 @@ from sessionwarden.cmd.daemon.proxy.doors import Door, doors
 from sessionwarden.cmd.daemon.proxy.relay import serve_door
 from sessionwarden.cmd.daemon.runtime import Runtime
 from sessionwarden.cmd.daemon.summarise import summary_performers
+from sessionwarden.cmd.daemon.ui.page import CODES_PATH, UI_PREFIX, Page
 from sessionwarden.cmd.errors import BodyTooLarge
 from sessionwarden.upstream.sim import SIM_MODELS
 
@@ -104,6 +106,7 @@ class DaemonApp:
         # ``[metrics] public`` opens /metrics only on a daemon nobody else can reach.
         self._loopback_only = self._hosts <= _bracketed(LOOPBACK_NAMES)
         self._started = time.time()
+        self.page = Page(runtime, token)
 
     async def __call__(
         self, scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend
@@ -144,6 +147,11 @@ class DaemonApp:
         if path == "/healthz":
             await send_json(send, 200, {"ok": True, "version": __version__,
                                         "uptime_s": round(time.time() - self._started, 1)})
+            return
+        if path == UI_PREFIX or path.startswith(UI_PREFIX + "/"):
+            # The page signs in with its own cookie (``ui/signin.py``): a browser cannot
+            # send the bearer token, and the token must never be in a URL.
+            await self.page.serve(scope, receive, send)
             return
         supplied = headers.get("authorization", "").encode("latin-1")
         api_key = headers.get("x-api-key", "").encode("latin-1")
@@ -193,6 +201,9 @@ class DaemonApp:
             return
         if path == KEYS_PATH:
             await keys(self.runtime, method, send)
+            return
+        if path == CODES_PATH:
+            await self.page.issue_code(method, send)
             return
         await send_error(send, 404, f"no route for {method} {path}", code="not_found")
 

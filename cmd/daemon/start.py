@@ -19,6 +19,7 @@ import os
 import secrets
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -91,7 +92,12 @@ def _warn(message: str) -> None:
 class _Server(uvicorn.Server):
     """uvicorn re-raises the stop signal after shutdown; a clean stop here exits 0."""
 
+    #: Called at the first stop signal: the live page's event streams end within a
+    #: second, rather than holding the stop for the whole grace period.
+    on_exit: Callable[[], None] = staticmethod(lambda: None)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.on_exit()
         if self.should_exit and sig == signal.SIGINT:
             self.force_exit = True
         else:
@@ -191,6 +197,7 @@ def run_daemon(args: argparse.Namespace, db: Path) -> int:
                 proxy_headers=False,
                 http=bounded_head_protocol(config.daemon.max_header_kib << 10),
             ))
+            server.on_exit = app.page.close
             if all(p.simulated for p in config.usable_providers):
                 logger.warning("no real providers configured, only the offline simulated "
                                "one (models sim/<name>): set OPENAI_API_KEY, "
