@@ -16,6 +16,13 @@ Rules:
 - A span's ids are derived from its call id, so a side call (the summariser, which ends
   before the call it serves) names its parent's span before that span exists: it is a
   child span of the call it served, with no map kept in memory.
+- A span is made finished: the SDK's ``ReadableSpan``, handed to its batch processor
+  (whose exporter is the SDK's OTLP one), not ``tracer.start_span`` then ``end``. That
+  path is for instrumenting code while it runs (a context to propagate, a sampler,
+  attributes validated one by one, a lock per span); a call here is over, its ids and
+  attributes made by this module (strings, ints and bools only, bounded here). The live
+  span was a third of a span's CPU (``bench/otel_floor.py``); most of the rest is the
+  exporter's protobuf encoding, in its thread, about 2 µs per attribute.
 - No message content unless ``[otel] capture_content``: then the last request item, with
   the daemon's keys scrubbed, at most 4 KB. A key is never an attribute: only its
   fingerprint (``sessionwarden.credential``).
@@ -24,22 +31,21 @@ Rules:
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from loguru import logger
-from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import Event as SpanEvent
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
-from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from prometheus_client import CollectorRegistry, Counter
 from sessionwarden.config import OtelConfig, ProviderConfig
@@ -55,6 +61,10 @@ MAX_QUEUE = 2048
 MAX_CONTENT = 4096
 #: One export request's timeout, in seconds (a slow receiver delays only the exporter).
 EXPORT_TIMEOUT_S = 5.0
+#: Every span is sampled: one per call is the point (and the queue bounds it).
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+#: The status of a span that did not fail (shared: a Status is immutable).
+_UNSET = Status(StatusCode.UNSET)
 #: The prefix of the grace call's notice (``domain/runaway/budget.grace_notice``).
 _GRACE = "iteration budget spent"
 
@@ -88,26 +98,6 @@ def _ids(call_id: str) -> tuple[int, int]:
     """The trace id and span id of ``call_id``'s span (module doc: a child finds them)."""
     digest = hashlib.blake2b(call_id.encode(), digest_size=24).digest()
     return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:], "big") or 1
-
-
-class _CallIds(IdGenerator):
-    """The ids of the span being started: set just before, on the starting thread."""
-
-    def __init__(self) -> None:
-        self._next = threading.local()
-        self._random = RandomIdGenerator()
-
-    def use(self, call_id: str) -> None:
-        self._next.ids = _ids(call_id)
-
-    def generate_trace_id(self) -> int:
-        ids = getattr(self._next, "ids", None)
-        return ids[0] if ids else self._random.generate_trace_id()
-
-    def generate_span_id(self) -> int:
-        ids = getattr(self._next, "ids", None)
-        self._next.ids = None
-        return ids[1] if ids else self._random.generate_span_id()
 
 
 class _CountingExporter(SpanExporter):
@@ -156,21 +146,17 @@ class Tracing:
     """The span of each finished call, exported in the background."""
 
     def __init__(self, config: OtelConfig, registry: CollectorRegistry) -> None:
-        """Build the provider, its bounded processor and the OTLP/HTTP exporter."""
+        """Build the bounded batch processor and its OTLP/HTTP exporter."""
         self.config = config
         self.dropped = Counter("sessionwarden_otel_spans_dropped",
                                "OpenTelemetry spans dropped: a full export queue, or an "
                                "export that failed", ["reason"], registry=registry)
-        self._ids = _CallIds()
-        self.provider = TracerProvider(
-            resource=Resource.create({"service.name": config.service_name}),
-            id_generator=self._ids)
+        self.resource = Resource.create({"service.name": config.service_name})
+        self.scope = InstrumentationScope("sessionwarden")
         exporter = OTLPSpanExporter(endpoint=config.endpoint.rstrip("/") + "/v1/traces",
                                     timeout=EXPORT_TIMEOUT_S)
         self.processor = _BoundedProcessor(_CountingExporter(exporter, self.dropped),
                                            self.dropped)
-        self.provider.add_span_processor(self.processor)
-        self.tracer = self.provider.get_tracer("sessionwarden")
 
     def record(self, call: ProxiedCall, done: CallCompleted | None,
                outcome: CallOutcome) -> None:
@@ -193,44 +179,50 @@ class Tracing:
         request = call.admitted or call.client_request or call.side
         now_ns = time.time_ns()
         start_ns = now_ns - int((time.perf_counter() - call.started) * 1e9)
+        end_ns = max(now_ns, start_ns)
+        trace_id, span_id = _ids(call.call_id)
         parent = None
         if request is not None and request.parent_call:
-            trace_id, span_id = _ids(request.parent_call)
-            parent = trace.set_span_in_context(trace.NonRecordingSpan(SpanContext(
-                trace_id, span_id, is_remote=False,
-                trace_flags=TraceFlags(TraceFlags.SAMPLED))))
+            trace_id, parent_id = _ids(request.parent_call)  # in its parent's trace
+            parent = SpanContext(trace_id, parent_id, is_remote=False, trace_flags=_SAMPLED)
         operation = _operation(call.provider.api_mode)
         requested = request.shape.model if request is not None else call.model
-        self._ids.use(call.call_id)
-        span = self.tracer.start_span(f"{operation} {requested}", context=parent,
-                                      kind=SpanKind.CLIENT, start_time=start_ns,
-                                      attributes=self._attributes(call, done, outcome,
-                                                                  request, operation))
+        events: list[SpanEvent] = []
         for attempt in outcome.attempts:
-            span.add_event("sessionwarden.failover", {
+            events.append(SpanEvent("sessionwarden.failover", {
                 "sessionwarden.credential": attempt.credential,
                 "http.response.status_code": attempt.status,
-                "error.type": attempt.error_class or str(attempt.status)})
+                "error.type": attempt.error_class or str(attempt.status)}, end_ns))
         if request is not None:
             for notice in request.notices:
                 name = ("sessionwarden.grace_call" if _GRACE in notice
                         else "sessionwarden.notice")
-                span.add_event(name, {"sessionwarden.notice": notice[:500]})
+                events.append(SpanEvent(name, {"sessionwarden.notice": notice[:500]}, end_ns))
             if request.reply is not None:
-                span.add_event("sessionwarden.answered", {
+                events.append(SpanEvent("sessionwarden.answered", {
                     "sessionwarden.reason": request.reply.refused,
-                    "http.response.status_code": request.reply.status})
+                    "http.response.status_code": request.reply.status}, end_ns))
         for event in call.decided:
             if isinstance(event, ToolResultSpilled):
-                span.add_event("sessionwarden.spill", _spilled(event))
+                events.append(SpanEvent("sessionwarden.spill", _spilled(event), end_ns))
             elif isinstance(event, ContextCompressed):
-                span.add_event("sessionwarden.compaction", _compressed(event))
+                events.append(SpanEvent("sessionwarden.compaction", _compressed(event),
+                                        end_ns))
         if refusal is not None:
-            span.add_event("sessionwarden.refused", {
-                "sessionwarden.reason": refusal[0], "sessionwarden.message": refusal[1][:500]})
+            events.append(SpanEvent("sessionwarden.refused", {
+                "sessionwarden.reason": refusal[0],
+                "sessionwarden.message": refusal[1][:500]}, end_ns))
+        status = _UNSET
         if outcome.outcome not in ("ok", "answered"):
-            span.set_status(Status(StatusCode.ERROR, outcome.error[:200] or outcome.outcome))
-        span.end(end_time=max(now_ns, start_ns))
+            status = Status(StatusCode.ERROR, outcome.error[:200] or outcome.outcome)
+        # The finished span itself (module doc: why not ``tracer.start_span``).
+        self.processor.on_end(ReadableSpan(
+            f"{operation} {requested}",
+            context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=_SAMPLED),
+            parent=parent, resource=self.resource,
+            attributes=self._attributes(call, done, outcome, request, operation),
+            events=events, kind=SpanKind.CLIENT, status=status, start_time=start_ns,
+            end_time=end_ns, instrumentation_scope=self.scope))
 
     def _attributes(self, call: ProxiedCall, done: CallCompleted | None,
                     outcome: CallOutcome, request: CallRequest | None,
@@ -278,7 +270,7 @@ class Tracing:
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Export what is queued now (tests; blocking)."""
-        return self.provider.force_flush(int(timeout_s * 1000))
+        return self.processor.force_flush(int(timeout_s * 1000))
 
     def shutdown(self, timeout_s: float = 2.0) -> None:
         """Export what is queued for at most ``timeout_s``, then stop the exporter thread."""
