@@ -50,6 +50,7 @@ class InProcessDaemon:
                                                extra=extra_config))
         self.token = "swt-" + secrets.token_hex(16)
         self.rt: Runtime | None = None
+        self.app: DaemonApp
         self.port = 0
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -59,7 +60,7 @@ class InProcessDaemon:
         self.rt = Runtime(self.config, self.db, self.keys, pipeline=self.pipeline,
                           clock=self.clock, **self.runtime_options)
         self.rt.start()
-        app = DaemonApp(self.rt, self.token, max_body_bytes=self.max_body_bytes)
+        app = self.app = DaemonApp(self.rt, self.token, max_body_bytes=self.max_body_bytes)
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
@@ -79,6 +80,7 @@ class InProcessDaemon:
     def stop(self) -> None:
         """Stop serving, then the actors and the log (idempotent)."""
         if self._server is not None and self._thread is not None:
+            self.app.page.close()  # as the daemon's stop signal does (``start._Server``)
             self._server.should_exit = True
             self._thread.join(15)
             self._server = None

@@ -102,7 +102,7 @@ function sessionRow(s) {
   row.dataset.session = s.id;
   const id = el("div", "id", s.live ? el("span", "live") : null, s.id,
                 el("span", "sub", (s.parent ? "child of " + s.parent + " · " : "") + (s.client || "")));
-  const compactions = el("div", "", el("span", "label", "compactions"), String(s.compressions),
+  const compactions = el("div", "compactions", el("span", "label", "compactions"), String(s.compressions),
                          s.tokens_saved ? el("span", "figure", tokens(s.tokens_saved) + " saved") : null);
   const last = el("div", "last", el("span", "label", "last"), statusBadge(s),
                   el("span", "figure", ago(s.last_at)));
@@ -170,7 +170,7 @@ function renderChart() {
       (d.unpriced ? ", " + d.unpriced + " of unknown cost" : "");
     rect.append(title);
     chart.append(rect);
-    if (i % 2 === days.length % 2 || days.length <= 7) {
+    if ((days.length - 1 - i) % 2 === 0 || days.length <= 7) {  // today always labelled
       const t = svg("text", { x: i * w + w / 2, y: 116, "text-anchor": "middle" });
       t.textContent = d.day.slice(8);
       chart.append(t);
@@ -238,8 +238,12 @@ async function loadReplay(session, call) {
   $("replay-call").textContent = call;
   $("replay-cmd").textContent = "sessionwarden replay --session " + session + " --call " + call;
   $("replay-body").textContent = "loading…";
+  $("replay").scrollIntoView({ block: "start" });
   const answer = await fetch("/ui/api/replay/" + encodeURIComponent(session) + "/" + encodeURIComponent(call));
-  $("replay-body").textContent = await answer.text();
+  const text = await answer.text();
+  let shown = text;
+  try { shown = JSON.stringify(JSON.parse(text), null, 2); } catch (e) { /* cut, or an error: as sent */ }
+  $("replay-body").textContent = shown;
 }
 
 function route() {
