@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import threading
-from decimal import Decimal
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
