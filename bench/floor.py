@@ -16,6 +16,10 @@ run, against one fake upstream, plain calls at concurrency 1 go to:
 * ``baseline`` (with ``--compare-with CHECKOUT``): that checkout's daemon, set up the same;
 * ``litellm``: LiteLLM's proxy, as in ``bench/proxy.py`` (skipped with ``--no-litellm``).
 
+``--scrape S`` scrapes sessionwarden's ``/metrics`` every S seconds during the run;
+``--ui`` keeps its live page open in headless Chromium (signed in, its event stream live);
+``--otel`` exports its spans to an OTLP sink on 127.0.0.1.
+
 Each round runs every target in turn (the order rotates), 50 warm-up calls then N timed
 ones. Printed per target: the process's CPU per call (user + system, its whole process
 tree) and the client's p50, medians over rounds; each relay's added p50 (median of per-round
@@ -114,6 +118,27 @@ async def scrape_every(url: str, period_s: float) -> None:
             SCRAPES.update(count=len(times), median_ms=round(statistics.median(times), 2))
 
 
+async def open_page(base_url: str) -> tuple[object, object]:
+    """Sign in as ``sessionwarden ui`` does and open the live page in headless Chromium.
+
+    The page stays open (its event stream live) until the browser is closed. Chromium is
+    the system's (``chromium`` on PATH), driven by Playwright (the test extra).
+    """
+    import shutil
+
+    from playwright.async_api import async_playwright
+
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+        code = (await client.post(base_url + "/v1/ui/codes")).json()["path"]
+    pw = await async_playwright().start()
+    browser = await pw.chromium.launch(executable_path=shutil.which("chromium"),
+                                       args=["--no-sandbox"])
+    page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    await page.goto(base_url + code)
+    await page.wait_for_selector("#link.on")
+    return pw, page
+
+
 async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> None:
     fake, fake_url = start_fake(workdir, procs)
     floor, floor_url = start_floor(workdir, fake_url, procs, "floor", logged=False)
@@ -151,6 +176,7 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
     scraper = (asyncio.create_task(scrape_every(sw_url.removesuffix("/v1") + "/metrics",
                                                 args.scrape))
                if args.scrape else None)
+    viewer = await open_page(sw_url.removesuffix("/v1")) if args.ui else None
     for r in range(args.rounds):
         order = targets[r % len(targets):] + targets[: r % len(targets)]
         for t in order:
@@ -168,6 +194,11 @@ async def bench(args: argparse.Namespace, procs: list[Proc], workdir: Path) -> N
         scraper.cancel()
         await asyncio.gather(scraper, return_exceptions=True)
         log(f"scrapes of sessionwarden's /metrics during the run: {SCRAPES}")
+    if viewer is not None:
+        pw, page = viewer
+        shown = await page.inner_text("#sessions")  # type: ignore[attr-defined]
+        log(f"the live page was open all along; it shows: {' '.join(shown.split())[:120]}")
+        await pw.stop()  # type: ignore[attr-defined]
     if sink is not None:
         log(f"OTLP exports the sink received: {_Sink.received}")
         sink.shutdown()
@@ -207,6 +238,9 @@ def main() -> None:
                         help="export sessionwarden's spans to an OTLP sink on 127.0.0.1")
     parser.add_argument("--scrape", type=float, default=0.0, metavar="SECONDS",
                         help="scrape sessionwarden's /metrics this often during the run")
+    parser.add_argument("--ui", action="store_true",
+                        help="keep sessionwarden's live page open in headless Chromium "
+                             "during the run (its event stream live)")
     parser.add_argument("--compare-with", type=Path, metavar="CHECKOUT",
                         help="also run the daemon of another checkout (its .venv), as "
                              "'baseline': an A/B of two versions in one run")
