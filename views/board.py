@@ -1,12 +1,9 @@
 """The live page's board: every session, key and breaker, folded from the log as it grows.
 
-The page (``cmd/daemon/ui``) shows what this fold holds: per session its model, calls,
-the context figure of its latest call against the threshold and window it was governed
-under, its compactions and spills, its spend against its cap, and how its last call
-ended; per provider its keys (state, bench end, calls served) and its breaker. It is an
-in-memory fold of the whole log, caught up in a worker thread when the page asks (at
-most once a second however many pages are open), so the call path pays nothing for it
-and a restart rebuilds it from the log.
+The page (``cmd/daemon/ui``) shows this fold: per session its model, calls, latest
+context against its limits, compactions, spills, spend against its cap and last outcome;
+per provider its keys and breaker. An in-memory fold of the whole log, caught up in a
+worker thread when a page asks: the call path pays nothing, a restart rebuilds it.
 
 Rules:
 

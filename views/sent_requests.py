@@ -1,22 +1,24 @@
 """One call's request rebuilt from the log, byte for byte, with what was decided for it.
 
 Read by ``replay --session ID --call N`` (``cmd/cli/replay_call.py``) and by the live
-page's replay of a call (``cmd/daemon/ui``). The session's stream holds, per governed
-call, a CallAdmitted whose ``request`` names what was sent by content keys (the body's
-other fields and the system messages when they changed, and only the messages the call
-added to an earlier call's governed history);
-:func:`~sessionwarden.domain.context.transcript.sent_items` follows that chain back, the
-contents come from the log's ``contents`` table, and
-:func:`~sessionwarden.domain.context.transcript.assemble_body` joins them into the body,
-byte for byte what went upstream. Next to it: the decisions recorded for the call in the
-same stream (spills, compression, summariser failures, history resets, the summariser's
-own side calls), the model it was admitted for and the fingerprint of the key that
-served it.
+page's replay of a call (``cmd/daemon/ui``).
 
-A content that is not in the log (recording was off for that call, or it is missing)
-is shown as ``{"key": …, "size": …}`` in its place. :func:`render_json` passes through
-the redactor (a body never holds a key, but a log may hold anything).
-:func:`content_references` tells ``replay --verify`` which contents an event refers to.
+Rules:
+
+- The session's stream holds, per governed call, a CallAdmitted whose ``request`` names
+  what was sent by content keys (the body's other fields and the system messages when
+  they changed, and only the messages the call added to an earlier call's governed
+  history); :func:`~sessionwarden.domain.context.transcript.sent_items` follows that
+  chain back, the contents come from the log's ``contents`` table, and
+  :func:`~sessionwarden.domain.context.transcript.assemble_body` joins them into the
+  body, byte for byte what went upstream.
+- Next to it: the decisions recorded for the call in the same stream (spills,
+  compression, summariser failures, history resets, the summariser's own side calls),
+  the model it was admitted for and the fingerprint of the key that served it.
+- A content that is not in the log (recording was off for that call, or it is missing)
+  is shown as ``{"key": …, "size": …}`` in its place. :func:`render_json` passes
+  through the redactor (a body never holds a key, but a log may hold anything).
+- :func:`content_references` tells ``replay --verify`` which contents an event refers to.
 """
 
 from collections.abc import Iterator

@@ -1,14 +1,16 @@
 """One session's timeline: its calls and the decisions taken for them, read from its stream.
 
-The live page's view of a session (``cmd/daemon/ui``): each entry is one recorded fact
-in order — a call admitted (model, estimated size), completed (status, tokens, cost,
-failovers), refused (the stage and its reason), or a decision recorded for a call
-(a spill, a compaction and what it saved, a summariser failure, a history reset, the
-grace call, a guardrail's warning or stop) — with the call it belongs to, so the page can
-link a call to its replay (``views/sent_requests.py``). The decisions are worded as
-``replay --call`` words them (:func:`~sessionwarden.views.sent_requests.decision_line`).
+The live page's view of a session (``cmd/daemon/ui``): one entry per recorded fact, in
+order, with the call it belongs to, so the page can link a call to its replay.
 
-Text from the log is returned as it is; the page inserts it as text, never as markup.
+Rules:
+
+- Entries: a call admitted (model, estimated size), completed (status, tokens, cost,
+  failovers), refused (stage, reason), or a decision recorded for a call (a spill, a
+  compaction and what it saved, a summariser failure, a history reset, the grace call,
+  a guardrail), worded as ``replay --call`` words them
+  (:func:`~sessionwarden.views.sent_requests.decision_line`).
+- Text from the log is returned as it is; the page inserts it as text, never as markup.
 """
 
 from typing import Any

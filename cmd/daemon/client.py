@@ -1,25 +1,26 @@
 """Asks the daemon running beside a command what only it holds: leases, sign-in codes.
 
-The log records calls, not leases: how many calls each key serves *right now* is the
-running pool's memory; and a one-time code that signs a browser in to the live page
-(``sessionwarden ui``: :func:`sign_in_link`) is the daemon's to give. A command finds
-the daemon that holds its log through the lock file's announcement
-(``store.lock.read_announcement``: a live pid and its URL) and asks it (``GET /v1/keys``,
-``POST /v1/ui/codes``) with the clients' bearer token
-(``$SESSIONWARDEN_TOKEN``, else the token file beside the log, read as the daemon
-reads it). No daemon holding the log means no call in flight: every count is 0.
+How many calls each key serves *right now* is the running pool's memory (the log records
+calls, not leases), and a one-time code that signs a browser in to the live page
+(:func:`sign_in_link`, for ``sessionwarden ui``) is the daemon's to give.
 
-The lock file is believed only as the daemon writes it (``store.lock``: a regular file
-of this user's that no one else may write), and the token goes only where a daemon can
-listen: ``http://HOST:PORT`` with HOST ``localhost`` or an IP address of this machine
-(loopback, or the address a daemon started with ``--allow-remote`` binds) — never a
-name to resolve, credentials, a path or a query. Any other address is not asked.
+Rules:
 
-Whatever goes wrong — no token here, such an address, a daemon that does not answer
-within :data:`TIMEOUT_S` (the whole exchange, however slowly it trickles), a refusal, a
-body that is not the daemon's — the counts are unknown, with one short reason for the
-command to print (nothing raises; :func:`sign_in_link` raises a CommandError saying it),
-and the token is never printed.
+- A command finds the daemon that holds its log through the lock file's announcement
+  (``store.lock.read_announcement``: a live pid and its URL) and asks it (``GET
+  /v1/keys``, ``POST /v1/ui/codes``) with the clients' bearer token
+  (``$SESSIONWARDEN_TOKEN``, else the token file beside the log, read as the daemon
+  reads it). No daemon holding the log means no call in flight: every count is 0.
+- The lock file is believed only as the daemon writes it (``store.lock``: a regular file
+  of this user's that no one else may write), and the token goes only where a daemon can
+  listen: ``http://HOST:PORT`` with HOST ``localhost`` or an IP address of this machine
+  (loopback, or the address a daemon started with ``--allow-remote`` binds) — never a
+  name to resolve, credentials, a path or a query. Any other address is not asked.
+- Whatever goes wrong — no token here, such an address, a daemon that does not answer
+  within :data:`TIMEOUT_S` (the whole exchange, however slowly it trickles), a refusal, a
+  body that is not the daemon's — the counts are unknown, with one short reason for the
+  command to print (nothing raises; :func:`sign_in_link` raises a CommandError saying
+  it), and the token is never printed.
 """
 
 import http.client
