@@ -2,14 +2,14 @@
 
 Optional (the ``otel`` extra: the official SDK and its OTLP/HTTP exporter): ``[otel]
 endpoint`` set makes the runtime build a :class:`Tracing` that the call path
-(``proxy/calls.complete``, and ``proxy/relay`` for a refusal) hands each finished call to.
-A span is made only once the call's completion is durable, from what the log recorded
-(tokens, cost, attempts), the request as admitted (notices, the daemon's own answer) and
-the events admission decided for it (``ProxiedCall.decided``: spills, a compression,
-handed back with the verdict, never read from the log again), and queued for a
-background thread that posts batches to ``{endpoint}/v1/traces``.
+(``proxy/calls.complete``, and ``proxy/relay`` for a refusal) hands each finished call to,
+queued for a background thread that posts batches to ``{endpoint}/v1/traces``.
 
 Rules:
+- A span is made only once the call's completion is durable, from what the log recorded
+  (tokens, cost, attempts), the request as admitted (notices, the daemon's own answer) and
+  the events admission decided for it (``ProxiedCall.decided``: spills, a compression,
+  handed back with the verdict, never read from the log again).
 - Export never blocks or fails a call: the queue is bounded, a full queue or a failed
   export drops spans, counted in ``sessionwarden_otel_spans_dropped_total`` (by reason),
   and any error while building a span is logged, never raised.

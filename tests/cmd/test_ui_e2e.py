@@ -215,3 +215,22 @@ def test_a_stopping_daemon_ends_its_open_streams(
     assert not ended.wait(0.5)  # an open stream stays open
     daemon.stop()
     assert ended.wait(10)
+
+
+def test_a_key_a_client_put_in_its_user_agent_never_reaches_the_page(
+    page: tuple[InProcessDaemon, httpx.Client],
+) -> None:
+    daemon, client = page
+    cookie = sign_in(daemon, client)
+    leaked = "sk-proj-" + "A1b2C3d4" * 6
+    sent = client.post("/v1/chat/completions", json={
+        "model": "priced", "messages": [{"role": "user", "content": "hi"}]}, headers={
+        "authorization": f"Bearer {daemon.token}", "x-session-id": "leaky",
+        "user-agent": f"agent {leaked}"})
+    assert sent.status_code == 200
+    for path in ("/ui/api/board", "/ui/api/sessions/leaky"):
+        shown = client.get(path, headers={"cookie": cookie})
+        assert shown.status_code == 200 and leaked not in shown.text
+    assert "REDACTED" in client.get("/ui/api/board", headers={"cookie": cookie}).text
+    assert daemon.rows("SELECT count(*) FROM events WHERE instr(data, ?)",
+                       (leaked.encode(),)) == [(0,)]  # nor the log

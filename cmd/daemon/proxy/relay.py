@@ -106,7 +106,7 @@ from sessionwarden.upstream.errors import EventTooLarge, MalformedRequest
 from sessionwarden.views.responses import chain_of
 
 __all__ = ["ERROR_BODY_TIMEOUT_S", "MAX_ANSWER_BYTES", "MAX_ERROR_BODY_BYTES",
-           "SESSION_HEADER", "serve_door"]
+           "SESSION_HEADER", "client_name", "serve_door"]
 
 #: The response header that names the call's session (given, or derived).
 SESSION_HEADER = b"x-sessionwarden-session-id"
@@ -125,6 +125,15 @@ ERROR_BODY_TIMEOUT_S = 10.0
 MAX_ANSWER_BYTES = 64 << 20
 _NOT_RECORDED = ("sessionwarden could not record this call (its event log or actors are "
                  "unavailable); the upstream may have processed it")
+
+
+def client_name(headers: dict[str, str]) -> str:
+    """The caller's software as its User-Agent names it, bounded, a pasted key scrubbed.
+
+    It is recorded (SessionStarted) and shown (``status``, the live page): a header is
+    whatever the client put there.
+    """
+    return default_redactor.redact(headers.get("user-agent", "")[:200])
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -147,7 +156,7 @@ async def _record_unrouted(rt: Runtime, door: Door, session_id: str, shape: Requ
     note_call(call_id, session_id, provider, model)
     request = CallRequest(call_id=call_id, session_id=session_id, provider=provider[:100],
                           model=model[:200], api_mode=door.adapter.api_mode, shape=shape,
-                          body=payload, client=headers.get("user-agent", "")[:200])
+                          body=payload, client=client_name(headers))
     try:
         await ask(rt.session_ref(session_id), RecordRefusal(request, "routing", 404, why,
                                                               "model_not_found"))
@@ -274,7 +283,7 @@ async def _arrive(rt: Runtime, door: Door, headers: dict[str, str], body: bytes,
     call.client_request = CallRequest(  # governed again if the upstream finds it too long
         call_id=call.call_id, session_id=session_id, provider=provider.name,
         model=upstream_model, api_mode=provider.api_mode, shape=shape, body=payload,
-        client=headers.get("user-agent", "")[:200], parent_session=parent,
+        client=client_name(headers), parent_session=parent,
         purpose=door.purpose, continues=continues,
         carried_tokens=chain.tokens if chain is not None else 0,
         parent_turn=parent_turn(rt, parent),

@@ -18,7 +18,8 @@ Host check every path passes, ``cmd/daemon/server.py``):
   with the board's JSON whenever the log has grown, at most once a second). Without it,
   401 and a page saying how to sign in.
 
-Every answer carries a strict Content-Security-Policy (``default-src 'none'``; script,
+What the page shows passes the redactor (as ``replay`` does). Every answer carries a
+strict Content-Security-Policy (``default-src 'none'``; script,
 style, images and connections from the daemon only; no frames, forms or base URL),
 ``nosniff``, ``no-referrer`` and ``no-store``. The reads run in worker threads: the
 event loop never waits on SQLite; one board fold serves every page open.
@@ -43,6 +44,7 @@ from sessionwarden.cmd.daemon.http import (
 from sessionwarden.cmd.daemon.runtime import Runtime
 from sessionwarden.cmd.daemon.ui.signin import SignIn
 from sessionwarden.errors import SessionwardenError
+from sessionwarden.redact import default_redactor
 from sessionwarden.text import printable
 from sessionwarden.views.board import LiveBoard
 from sessionwarden.views.ledger_rollup import spend_by_day
@@ -198,7 +200,7 @@ class Page:
             entry = board["providers"].setdefault(provider.name, {"keys": [], "breaker": None})
             entry["simulated"] = provider.simulated
         board["now"] = now.isoformat()
-        return _encode(board)
+        return _redacted(board)
 
     async def _events(self, receive: ASGIReceive, send: ASGISend) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [
@@ -246,7 +248,7 @@ class Page:
         if found is None:
             await _send(send, 404, "json", _encode({"error": "no such session"}))
         else:
-            await _send(send, 200, "json", _encode(found))
+            await _send(send, 200, "json", _redacted(found))
 
     async def _replay(self, session_id: str, call: str, send: ASGISend) -> None:
         if not SESSION_ID.fullmatch(session_id):
@@ -272,6 +274,16 @@ async def _send(send: ASGISend, status: int, kind: str, body: bytes,
         (b"content-type", _TYPES[kind]), (b"content-length", str(len(body)).encode()),
         *_SECURITY, *(headers or [])]})
     await send({"type": "http.response.body", "body": body})
+
+
+def _redacted(value: object) -> bytes:
+    """``value`` as JSON, with anything that looks like a key replaced.
+
+    The log holds text clients chose (a model name, a User-Agent, a tool's name): the
+    page never shows a key, whatever a client put there. The placeholder holds no quote,
+    so the JSON stays whole.
+    """
+    return default_redactor.redact(_encode(value).decode()).encode()
 
 
 def _headless(send: ASGISend) -> ASGISend:
