@@ -242,17 +242,26 @@ class Board:
 class LiveBoard:
     """A :class:`Board` kept caught up with a log (blocking methods: a worker thread's)."""
 
-    def __init__(self, log: EventLog, default_cap: Decimal | None = None) -> None:
-        """The board of ``log``, folded from its first event at the first catch-up."""
+    def __init__(self, log: EventLog, default_cap: Decimal | None = None,
+                 limit: int = CATCH_UP_LIMIT) -> None:
+        """The board of ``log``, folded from its first event, ``limit`` events a catch-up."""
         self.log = log
+        self.limit = limit
         self.board = Board(default_cap)
         self.position = 0
         self.lock = threading.Lock()
 
     def snapshot(self, now: datetime) -> dict[str, Any]:
-        """Catch up with the log, then the board, with the position it reflects."""
+        """Catch up with the log, then the board, with the position it reflects.
+
+        ``caught_up`` is false when the catch-up stopped at its limit (a long log's first
+        page): the caller asks again, and each time the board is nearer the head.
+        """
         with self.lock:  # two pages at once fold each event once
-            for recorded in self.log.read_all(self.position, limit=CATCH_UP_LIMIT):
+            folded = 0
+            for recorded in self.log.read_all(self.position, limit=self.limit):
                 self.board.add(recorded)
                 self.position = recorded.seq
-            return {"position": self.position, **self.board.snapshot(now)}
+                folded += 1
+            return {"position": self.position, "caught_up": folded < self.limit,
+                    **self.board.snapshot(now)}

@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 from sessionwarden.domain.session import session_stream
 from sessionwarden.events import (
@@ -138,3 +139,22 @@ def test_keys_show_their_state_their_calls_and_a_bench_that_ended() -> None:
     assert openai["breaker"]["state"] == "open"
     after = r.board.snapshot(T0 + timedelta(minutes=2))["providers"]["openai"]
     assert {k["fingerprint"]: k["state"] for k in after["keys"]}["fp-b"] == "ok"
+
+
+def test_a_long_log_is_caught_up_in_steps(tmp_path: Path) -> None:
+    from sessionwarden.store import EventLog, NewEvent
+    from sessionwarden.views.board import LiveBoard
+
+    with EventLog(tmp_path / "events.db") as log:
+        for n in range(5):
+            encoded = CODEC.encode(SessionStarted("openai/gpt-x"))
+            log.append(session_stream(f"s{n}"), [
+                NewEvent(encoded.type, encoded.data, encoded.schema_version)])
+        live = LiveBoard(log, limit=2)
+        steps = []
+        while True:
+            snap = live.snapshot(T0)
+            steps.append(snap["total_sessions"])
+            if snap["caught_up"]:
+                break
+        assert steps == [2, 4, 5] and snap["position"] == 5

@@ -102,6 +102,9 @@ class Page:
         self._board = LiveBoard(runtime.log, runtime.config.budgets.session_usd)
         self._commits = 0
         self._seen = -1
+        #: The board stopped short of the log's head (a long log's first page): folded
+        #: again at the next tick even with no new commit, until it is caught up.
+        self._behind = False
         self._snapshot = b""
         self._lock = asyncio.Lock()
         #: Set when the daemon stops: open event streams end within a tick.
@@ -187,7 +190,7 @@ class Page:
     async def board(self) -> bytes:
         """The board's JSON, folded again only if the log grew since the last one."""
         async with self._lock:  # every open page shares one fold
-            if self._commits != self._seen or not self._snapshot:
+            if self._commits != self._seen or self._behind or not self._snapshot:
                 self._seen = self._commits
                 self._snapshot = await asyncio.to_thread(self._read_board)
             return self._snapshot
@@ -195,6 +198,7 @@ class Page:
     def _read_board(self) -> bytes:
         now = self.rt.clock.now()
         board = self._board.snapshot(now)
+        self._behind = not board["caught_up"]
         board["days"] = spend_by_day(self.rt.log.read_connection(), now.date())
         for provider in self.rt.config.usable_providers:  # a provider with no key yet too
             entry = board["providers"].setdefault(provider.name, {"keys": [], "breaker": None})
@@ -222,7 +226,7 @@ class Page:
                 now = time.monotonic()
                 if now - started > _STREAM_S:
                     break
-                if self._commits != seen:
+                if self._commits != seen or self._behind:
                     seen = self._commits
                     body = b"event: board\ndata: " + await self.board() + b"\n\n"
                     await send({"type": "http.response.body", "body": body,
