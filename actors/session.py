@@ -412,7 +412,7 @@ class SessionActor(GovernedActor):
                             tuple(new_event(e) for e in events), ANY,
                             contents=tuple(Content(k, d) for k, d in governed.contents))
         self._append(state.session_id, [part], reply,
-                     AdmissionGranted(governed, tuple(events[1:-1])))
+                     AdmissionGranted(governed, tuple(outcome.events)))
         return PENDING
 
     def _reroute(self, message: Reroute, reply: Reply) -> object:
