@@ -102,28 +102,31 @@ def _entry(event: Event, at: str, replayable: set[str]) -> dict[str, Any] | None
     return {"at": at, "kind": kind, "call_id": call, "text": text}
 
 
-def read_timeline(log: EventLog, session_id: str,
-                  limit: int = MAX_ENTRIES) -> dict[str, Any] | None:
+def read_timeline(log: EventLog, session_id: str, limit: int = MAX_ENTRIES,
+                  after: int = 0) -> dict[str, Any] | None:
     """The session's latest ``limit`` entries, oldest first; None for an unknown session.
 
     Each entry: ``at`` (recorded, ISO 8601), ``kind`` (call, done, error, refused, spill,
     compaction, failure, reset, failover, side, runaway), ``call_id``, ``text``, and
     ``replay`` true on the entry that admitted a call whose request the log can rebuild.
+    ``version`` is the stream's version read up to: a page asks again with ``after`` set
+    to it and gets only what came since (a long session is not read whole every second).
     """
     entries: list[dict[str, Any]] = []
     replayable: set[str] = set()
-    seen = 0
-    for recorded in log.read_stream(session_stream(session_id)):
+    seen, version = 0, after
+    for recorded in log.read_stream(session_stream(session_id), after):
         seen += 1
+        version = recorded.version
         if not CODEC.knows(recorded.type):
             continue
         entry = _entry(CODEC.decode(recorded.type, recorded.data), recorded.recorded_at,
                        replayable)
         if entry is not None:
             entries.append(entry)
-    if not seen:
+    if not seen and not after:
         return None
     for entry in entries:
         entry["replay"] = entry["kind"] == "call" and entry["call_id"] in replayable
-    return {"session_id": session_id, "entries": entries[-limit:],
+    return {"session_id": session_id, "entries": entries[-limit:], "version": version,
             "omitted": max(0, len(entries) - limit)}

@@ -234,3 +234,27 @@ def test_a_key_a_client_put_in_its_user_agent_never_reaches_the_page(
     assert "REDACTED" in client.get("/ui/api/board", headers={"cookie": cookie}).text
     assert daemon.rows("SELECT count(*) FROM events WHERE instr(data, ?)",
                        (leaked.encode(),)) == [(0,)]  # nor the log
+
+
+def test_a_timeline_is_read_again_only_from_where_the_page_left_it(
+    page: tuple[InProcessDaemon, httpx.Client],
+) -> None:
+    daemon, client = page
+    cookie = sign_in(daemon, client)
+    sdk = daemon.openai(session="growing")
+    sdk.chat.completions.create(model="priced", messages=[{"role": "user", "content": "a"}])
+    first = client.get("/ui/api/sessions/growing", headers={"cookie": cookie}).json()
+    assert [e["kind"] for e in first["entries"]] == ["call", "done"]
+    sdk.chat.completions.create(model="priced", messages=[
+        {"role": "user", "content": "a"}, {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "b"}])
+    since = client.get(f"/ui/api/sessions/growing?after={first['version']}",
+                       headers={"cookie": cookie}).json()
+    assert [e["kind"] for e in since["entries"]] == ["call", "done"]
+    assert since["entries"][0]["replay"] and since["version"] > first["version"]
+    nothing = client.get(f"/ui/api/sessions/growing?after={since['version']}",
+                         headers={"cookie": cookie}).json()
+    assert nothing["entries"] == [] and nothing["version"] == since["version"]
+    for junk in ("-1", "x", "9" * 40):  # read from the start
+        again = client.get(f"/ui/api/sessions/growing?after={junk}", headers={"cookie": cookie})
+        assert len(again.json()["entries"]) == 4

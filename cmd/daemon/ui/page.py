@@ -12,11 +12,12 @@ Host check every path passes, ``cmd/daemon/server.py``):
   icon, from the package (nothing is ever loaded from elsewhere); open, they hold nothing
   of the log.
 - With the cookie: ``GET /ui`` (the page), ``/ui/api/board`` (sessions, keys, breakers,
-  spend by day: ``views/board.py``), ``/ui/api/sessions/{id}`` (its timeline:
-  ``views/timeline.py``), ``/ui/api/replay/{session}/{call}`` (the call's request, as
-  ``replay --call --json`` prints it), ``/ui/events`` (server-sent events: ``board``
-  with the board's JSON whenever the log has grown, at most once a second). Without it,
-  401 and a page saying how to sign in.
+  spend by day: ``views/board.py``), ``/ui/api/sessions/{id}[?after=V]`` (its
+  timeline, or what came after stream version V: ``views/timeline.py``),
+  ``/ui/api/replay/{session}/{call}`` (the call's request, as ``replay --call --json``
+  prints it), ``/ui/events`` (server-sent events: ``board`` with the board's JSON
+  whenever the log has grown, at most once a second). Without it, 401 and a page saying
+  how to sign in.
 
 What the page shows passes the redactor (as ``replay`` does). Every answer carries a
 strict Content-Security-Policy (``default-src 'none'``; script,
@@ -49,7 +50,7 @@ from sessionwarden.text import printable
 from sessionwarden.views.board import LiveBoard
 from sessionwarden.views.ledger_rollup import spend_by_day
 from sessionwarden.views.sent_requests import rebuild, render_json
-from sessionwarden.views.timeline import read_timeline
+from sessionwarden.views.timeline import MAX_ENTRIES, read_timeline
 
 __all__ = ["CODES_PATH", "UI_PREFIX", "Page"]
 
@@ -146,7 +147,11 @@ class Page:
         elif path == "/ui/events" and method == "GET":
             await self._events(receive, send)
         elif path.startswith("/ui/api/sessions/"):
-            await self._timeline(path[len("/ui/api/sessions/"):], send)
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            after = query.get("after", ["0"])[0]
+            await self._timeline(path[len("/ui/api/sessions/"):],
+                                 int(after) if after.isdigit() and len(after) < 16 else 0,
+                                 send)
         elif path.startswith("/ui/api/replay/"):
             session, _, call = path[len("/ui/api/replay/"):].rpartition("/")
             await self._replay(session, call, send)
@@ -245,10 +250,11 @@ class Page:
         finally:
             watcher.cancel()
 
-    async def _timeline(self, session_id: str, send: ASGISend) -> None:
+    async def _timeline(self, session_id: str, after: int, send: ASGISend) -> None:
         found = None
         if SESSION_ID.fullmatch(session_id):
-            found = await asyncio.to_thread(read_timeline, self.rt.log, session_id)
+            found = await asyncio.to_thread(read_timeline, self.rt.log, session_id,
+                                            MAX_ENTRIES, after)
         if found is None:
             await _send(send, 404, "json", _encode({"error": "no such session"}))
         else:

@@ -205,32 +205,55 @@ function summary(s) {
   }
 }
 
+const MAX_SHOWN = 500;   // timeline entries kept on the page, as the daemon sends at most
+let timeline = { id: null, version: 0, entries: [], omitted: 0, loading: false, again: false };
+
+function entryItem(id, e) {
+  const text = el("span", "text", e.text);
+  if (e.replay) {
+    const a = el("a", "", " replay");
+    a.href = "#s=" + encodeURIComponent(id) + "&c=" + encodeURIComponent(e.call_id);
+    text.append(" ", a);
+  }
+  const li = el("li", "", el("time", "", e.at.slice(11, 19)), el("span", "kind " + e.kind, e.kind), text);
+  li.dataset.kind = e.kind;
+  return li;
+}
+
+// The selected session's timeline: the whole of it once, then only what came after the
+// stream version already shown (a long session is not read again every second).
 async function loadTimeline() {
   const id = selected;
+  if (timeline.id !== id) {
+    timeline = { id, version: 0, entries: [], omitted: 0, loading: false, again: false };
+  }
+  if (timeline.loading) { timeline.again = true; return; }  // fetched once this one lands
+  timeline.loading = true;
   const s = board && board.sessions.find((x) => x.id === id);
   selectedLast = s ? s.last_at : "";
   summary(s);
-  const answer = await fetch("/ui/api/sessions/" + encodeURIComponent(id));
-  if (id !== selected) return;
-  const list = $("timeline");
-  if (!answer.ok) {
-    list.replaceChildren(el("li", "", "No such session in this log."));
-    return;
-  }
-  const data = await answer.json();
-  const items = data.entries.slice().reverse().map((e) => {
-    const text = el("span", "text", e.text);
-    if (e.replay) {
-      const a = el("a", "", " replay");
-      a.href = "#s=" + encodeURIComponent(id) + "&c=" + encodeURIComponent(e.call_id);
-      text.append(" ", a);
+  try {
+    const answer = await fetch("/ui/api/sessions/" + encodeURIComponent(id) +
+                               (timeline.version ? "?after=" + timeline.version : ""));
+    if (id !== selected) return;
+    if (!answer.ok) {
+      $("timeline").replaceChildren(el("li", "", "No such session in this log."));
+      return;
     }
-    const li = el("li", "", el("time", "", e.at.slice(11, 19)), el("span", "kind " + e.kind, e.kind), text);
-    li.dataset.kind = e.kind;
-    return li;
-  });
-  if (data.omitted) items.push(el("li", "", "", "", el("span", "text hint", data.omitted + " older entries not shown")));
-  list.replaceChildren(...items);
+    const data = await answer.json();
+    timeline.version = data.version;
+    timeline.entries = timeline.entries.concat(data.entries);
+    timeline.omitted += data.omitted + Math.max(0, timeline.entries.length - MAX_SHOWN);
+    timeline.entries = timeline.entries.slice(-MAX_SHOWN);
+    const items = timeline.entries.slice().reverse().map((e) => entryItem(id, e));
+    if (timeline.omitted) {
+      items.push(el("li", "", "", "", el("span", "text hint", timeline.omitted + " older entries not shown")));
+    }
+    $("timeline").replaceChildren(...items);
+  } finally {
+    timeline.loading = false;
+    if (timeline.again && timeline.id === id) { timeline.again = false; loadTimeline(); }
+  }
 }
 
 async function loadReplay(session, call) {
