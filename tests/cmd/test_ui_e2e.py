@@ -38,6 +38,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 def page(made: list[InProcessDaemon], tmp_path: Path,
          fake: FakeProviderServer) -> Iterator[tuple[InProcessDaemon, httpx.Client]]:
     daemon = start_made(made, tmp_path, fake, PRICED)
+    daemon.app.page.tick_s = 0.05  # the streams' pace; what they send is the same
     with httpx.Client(base_url=f"http://127.0.0.1:{daemon.port}", timeout=10) as client:
         yield daemon, client
 
@@ -212,7 +213,7 @@ def test_a_stopping_daemon_ends_its_open_streams(
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    assert not ended.wait(0.5)  # an open stream stays open
+    assert not ended.wait(0.3)  # an open stream stays open
     daemon.stop()
     assert ended.wait(10)
 

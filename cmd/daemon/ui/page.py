@@ -110,6 +110,8 @@ class Page:
         self._lock = asyncio.Lock()
         #: Set when the daemon stops: open event streams end within a tick.
         self.closing = False
+        #: How often an open event stream looks for new commits, in seconds.
+        self.tick_s = _TICK_S
         runtime.log.add_commit_listener(self._committed)
 
     def close(self) -> None:
@@ -242,7 +244,7 @@ class Page:
                                 "more_body": True})
                     last_sent = now
                 try:
-                    await asyncio.wait_for(gone.wait(), _TICK_S)
+                    await asyncio.wait_for(gone.wait(), self.tick_s)
                 except TimeoutError:
                     pass
             if not gone.is_set():
