@@ -10,9 +10,9 @@ real provider's is (its class in ``x-sessionwarden-error-class``).
 import json
 import math
 import subprocess
+from collections.abc import Iterator
 from datetime import date
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, Literal
 
 import openai
@@ -24,6 +24,7 @@ from tests.cmd.daemon_fixtures import (
     MODEL,
     Daemon,
     DaemonFactory,
+    DaemonMaker,
     sessionwarden_cmd,
 )
 from tests.support.fake_provider import FakeProviderServer
@@ -64,14 +65,29 @@ class _Unconfigured(Daemon):
         return self.proc
 
 
-@pytest.fixture
-def bare(daemon_factory: DaemonFactory, tmp_path: Path) -> Daemon:
-    """A running daemon with no configuration and no keys: only ``sim`` can answer."""
-    made = daemon_factory(keys={})
+@pytest.fixture(scope="module")
+def shared_bare(tmp_path_factory: pytest.TempPathFactory,
+                fake_server: FakeProviderServer) -> Iterator[Daemon]:
+    """One daemon with no configuration and no keys for the module: each test reads back
+    only its own calls (its session, its call ids), so none pays a daemon's start."""
+    maker = DaemonMaker(tmp_path_factory.mktemp("sim"), fake_server)
+    made = maker(keys={})
     daemon = _Unconfigured(made.workdir, made.db, made.config, made.env, made.token, {})
-    daemon_factory.made.append(daemon)  # stopped at teardown with the others
+    maker.made.append(daemon)  # stopped at the end with the others
     assert "OPENAI_API_KEY" not in daemon.env and "SESSIONWARDEN_CONFIG" not in daemon.env
-    return daemon.start()
+    try:
+        yield daemon.start()
+        assert daemon.stop() == 0
+    finally:
+        maker.cleanup()
+
+
+@pytest.fixture
+def bare(shared_bare: Daemon) -> Daemon:
+    """The module's daemon with no configuration and no keys: only ``sim`` can answer."""
+    assert shared_bare.proc is not None and shared_bare.proc.poll() is None, (
+        shared_bare.stderr())
+    return shared_bare
 
 
 def _row(daemon: Daemon, call_id: str) -> dict[str, Any]:
@@ -98,7 +114,8 @@ def test_an_unconfigured_daemon_answers_plain_calls_from_sim(bare: Daemon) -> No
         answer.usage.prompt_tokens, answer.usage.completion_tokens)
     assert row["session_id"] == "first" and row["credential"] == ""
     # Two events per call (admitted, completed); no key was recorded for sim.
-    counts = dict(bare.query("SELECT type, count(*) FROM events GROUP BY type"))
+    counts = dict(bare.query("SELECT type, count(*) FROM events WHERE stream = ?"
+                             " GROUP BY type", ("session-first",)))
     assert counts["session.call_admitted.v5"] == counts["session.call_completed.v4"] == 2
     assert bare.query("SELECT count(*) FROM view_credentials") == [(0,)]
 
@@ -233,10 +250,11 @@ def test_sim_priced_costs_its_documented_price_and_a_spend_cap_trips_on_it(
     assert isinstance(error, dict) and error["code"] == "cap_exhausted"
     assert "the session cap of session capped" in error["message"]
     # ...and `usage` shows the session's exact cost: its two calls, both priced
-    rows = bare.ledger().values()
+    rows = [r for r in bare.ledger().values() if r["session_id"] == "capped"]
     assert [(r["model"], r["cost_status"]) for r in rows] == [
         ("priced", "actual"), ("priced-agent", "actual")]
-    [session] = json.loads(bare.cli("usage", "--json").stdout)
+    [session] = [s for s in json.loads(bare.cli("usage", "--json").stdout)
+                 if s["session"] == "capped"]
     assert (session["session"], session["cost_status"]) == ("capped", "actual")
     assert Decimal(session["cost"]) == sum(Decimal(r["cost"]) for r in rows) > cost
 
@@ -248,13 +266,14 @@ def test_sim_priced_costs_its_documented_price_and_a_spend_cap_trips_on_it(
 def test_a_sim_error_answer_is_judged_as_a_real_providers_is(
     bare: Daemon, model: str, error_class: str, retries: int,
 ) -> None:
-    with bare.openai(session="errors") as client, \
+    with bare.openai(session=f"errors-{error_class}") as client, \
             pytest.raises(openai.APIStatusError) as failed:
         client.chat.completions.create(model=model, messages=ASK)
     status = int(model.rpartition("-")[2])
     assert failed.value.status_code == status
     assert failed.value.response.headers["x-sessionwarden-error-class"] == error_class
-    [completion] = bare.completions()
+    call_id = failed.value.response.headers["x-sessionwarden-call-id"]
+    [completion] = [c for c in bare.completions() if c["call_id"] == call_id]
     assert (completion["status"], completion["error_class"]) == (status, error_class)
     # a server error is retried, as a real one is; nothing of a key was recorded
     assert [a.status for a in completion["attempts"]] == [status] * retries
