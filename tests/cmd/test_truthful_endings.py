@@ -67,12 +67,14 @@ def test_a_cut_stream_ends_with_an_error_event_and_is_recorded_truncated(
     finally:
         stop.set()
         prober.join()
-    assert resp.status_code == 200  # the stream had started: the status was sent
     body = resp.content
-    assert b"[DONE]" not in body
-    assert body.rstrip().endswith(b'"code":"stream_truncated"}}')
+    # The stream had started: the status was sent. (Messages name what was seen: this test
+    # failed once in a loaded full run, and a bare assert could not say which line.)
+    assert resp.status_code == 200, (resp.status_code, body[-300:])
+    assert b"[DONE]" not in body, body[-300:]
+    assert body.rstrip().endswith(b'"code":"stream_truncated"}}'), body[-300:]
     assert _outcome(daemon, session) == [("truncated",)]
-    assert slowest[0] < 1.0
+    assert slowest[0] < 1.0, f"/healthz took {slowest[0]:.2f} s while the stream was cut"
 
 
 def test_the_sdk_raises_on_a_cut_stream(daemon: Daemon) -> None:
