@@ -12,6 +12,7 @@ from typing import Any
 
 import openai
 import pytest
+from sessionwarden.actors import credentials
 from sessionwarden.config import parse_config
 
 from tests.cmd.daemon_fixtures import MODEL, config_text
@@ -93,8 +94,19 @@ class Daemons:
             daemon.stop()
 
 
+#: How often the tests' pools look for the operator's changes (the daemon's is
+#: ``POLL_INTERVAL_S``, 0.5 s): what the tests check is that a change is taken at a later
+#: lease, not how long the daemon waits before it looks.
+OPERATOR_POLL_S = 0.05
+#: Long enough for the pool to look again.
+POLLED_S = 3 * OPERATOR_POLL_S
+
+
 @pytest.fixture
-def daemons(tmp_path: Path, fake: FakeProviderServer) -> Iterator[Daemons]:
+def daemons(tmp_path: Path, fake: FakeProviderServer,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemons]:
+    assert credentials.POLL_INTERVAL_S <= 0.5  # "within a second", as the docs say
+    monkeypatch.setattr(credentials, "POLL_INTERVAL_S", OPERATOR_POLL_S)
     made = Daemons(tmp_path, fake)
     try:
         yield made

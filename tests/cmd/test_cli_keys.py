@@ -13,7 +13,7 @@ from sessionwarden.clock import Clock
 from sessionwarden.cmd.cli.main import main
 from sessionwarden.redact import fingerprint
 
-from tests.cmd.key_fixtures import GENUINE, TRANSIENT, Daemons, ask
+from tests.cmd.key_fixtures import GENUINE, POLLED_S, TRANSIENT, Daemons, ask
 
 
 def run(capsys: pytest.CaptureFixture[str], clock: Clock, *argv: str) -> tuple[int, str, str]:
@@ -64,7 +64,7 @@ def test_keys_reset_takes_effect_in_a_running_daemon_within_a_second(
     a = fingerprint(daemons.key("FAKE_KEY_A"))
     code, out, _ = run(capsys, daemons.clock, "keys", "reset", "fake", a, "--db", str(daemon.db))
     assert code == 0 and out == f"fake {a}: ok\n"
-    time.sleep(0.6)  # the pool looks for the operator's changes every 0.5 s
+    time.sleep(POLLED_S)  # the pool looks for the operator's changes again
     ask(daemon)
     assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B", "FAKE_KEY_A"]  # fill_first: A
     assert keys_json(capsys, daemons.clock, daemon.db)[a]["state"] == "ok"
@@ -82,14 +82,14 @@ def test_keys_add_and_remove_reach_the_running_pool(
     code, out, _ = run(capsys, daemons.clock, "keys", "add", "fake", "env:FAKE_KEY_C",
                        "--db", str(daemon.db))
     assert code == 0 and out == f"fake {c} env:FAKE_KEY_C: added\n"
-    time.sleep(0.6)
+    time.sleep(POLLED_S)
     ask(daemon)  # A and B are limited: the call ends on the operator's key C
     assert daemons.used() == ["FAKE_KEY_A", "FAKE_KEY_B", "FAKE_KEY_C"]
     code, _, _ = run(capsys, daemons.clock, "keys", "remove", "fake", c, "--db", str(daemon.db))
     assert code == 0 and keys_json(capsys, daemons.clock, daemon.db)[c]["state"] == "removed"
     daemons.clock.advance(3)
     daemons.fake.state.by_key.clear()
-    time.sleep(0.6)
+    time.sleep(POLLED_S)
     ask(daemon)
     ask(daemon)
     assert "FAKE_KEY_C" not in daemons.used()[3:]
@@ -168,7 +168,7 @@ def test_a_key_added_from_another_environment_is_not_taken_for_it(
                    "--db", str(daemon.db))[0] == 0
         daemons.steer("FAKE_KEY_A", TRANSIENT)
         daemons.steer("FAKE_KEY_B", TRANSIENT)
-        time.sleep(0.6)
+        time.sleep(POLLED_S)
         with pytest.raises(Exception, match="429"):
             ask(daemon)
     finally:

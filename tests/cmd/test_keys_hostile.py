@@ -32,7 +32,7 @@ from sessionwarden.views.wiring import default_projections
 
 from tests.cmd.daemon_fixtures import clean_env, query_db, sessionwarden_cmd
 from tests.cmd.inprocess import InProcessDaemon
-from tests.cmd.key_fixtures import GENUINE, REVOKED, TRANSIENT, Daemons, ask
+from tests.cmd.key_fixtures import GENUINE, POLLED_S, REVOKED, TRANSIENT, Daemons, ask
 
 #: A key as a user would paste it: the shape the redactor's patterns know.
 LITERAL = "sk-proj-" + "Q7x9" * 10
@@ -192,7 +192,7 @@ def test_the_last_key_removed_while_calls_come_then_added_back(
     assert ask(daemon).http_response.status_code == 200
     for fp in (a, b):
         assert run(capsys, "keys", "remove", "fake", fp, "--db", db)[0] == 0
-    time.sleep(0.6)  # the pool looks for the operator's changes every 0.5 s
+    time.sleep(POLLED_S)  # the pool looks for the operator's changes again
     with httpx.Client(base_url=f"http://127.0.0.1:{daemon.port}", timeout=10,
                       headers={"authorization": f"Bearer {daemon.token}"}) as http:
         for _ in range(3):
@@ -205,7 +205,7 @@ def test_the_last_key_removed_while_calls_come_then_added_back(
     monkeypatch.setenv("FAKE_KEY_A", daemons.key("FAKE_KEY_A"))
     code, out, _ = run(capsys, "keys", "add", "fake", "env:FAKE_KEY_A", "--db", db)
     assert (code, out) == (0, f"fake {a} env:FAKE_KEY_A: added\n")
-    time.sleep(0.6)
+    time.sleep(POLLED_S)
     assert ask(daemon).http_response.status_code == 200  # the pool took it back
     assert daemons.used()[-1] == "FAKE_KEY_A"
     rows = {r["fingerprint"]: r["state"] for r in json.loads(
@@ -344,7 +344,7 @@ def test_breaker_reset_while_half_open_with_a_probe_out(
         time.sleep(0.4)  # the probe is out
         code, out, _ = run(capsys, "breaker", "reset", "fake", "--db", db)
         assert (code, out) == (0, "fake: closed\n")
-        time.sleep(0.6)
+        time.sleep(POLLED_S)
         assert ask(daemon, "other").http_response.status_code == 200  # closed: not refused
         assert probe.result().http_response.status_code == 200
     assert ask(daemon).http_response.status_code == 200
@@ -526,7 +526,7 @@ def test_a_key_removed_while_it_serves_a_call(
         flying = pool.submit(ask, daemon, "flying")
         time.sleep(0.3)
         assert run(capsys, "keys", "remove", "fake", a, "--db", str(daemon.db))[0] == 0
-        time.sleep(0.6)
+        time.sleep(POLLED_S)
         assert ask(daemon, "next").http_response.status_code == 200  # the pool drops A
         # A's own call ends as its answer says: served, or failed over to B.
         assert flying.result().http_response.status_code == 200
