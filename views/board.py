@@ -164,7 +164,6 @@ class Board:
         elif isinstance(event, ContextCompressed):
             s.compressions += 1
             s.tokens_saved += max(0, event.tokens_before - event.tokens_after)
-            s.context_tokens, s.context_source = event.tokens_after, "estimated"
         elif isinstance(event, ToolResultSpilled):
             s.spills += 1
         elif isinstance(event, GuardrailTripped):

@@ -84,6 +84,8 @@ def test_compactions_spills_refusals_and_runaway_are_counted() -> None:
     r.call("s1", "c1", estimate=900, prompt=905, cost=None)
     r.add(stream, ToolResultSpilled("c2", 3, bytes=50_000))
     r.add(stream, ContextCompressed("c2", tokens_before=1200, tokens_after=400))
+    # The call the compression served is admitted after it: its estimate is the figure.
+    r.add(stream, CallAdmitted("c2", "openai", "gpt-x", estimated_tokens=400))
     r.add(stream, CallRefused("c3", "budgets", 429, "cap reached", "session_cap"))
     r.add(stream, GuardrailTripped("c4", "exact_failure", tool="shell", count=2))
     r.add(stream, IterationCounted("c5", "t1", 4, 3, decision="grace"))
