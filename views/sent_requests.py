@@ -51,13 +51,13 @@ from sessionwarden.store import EventLog
 from sessionwarden.text import json_safe, printable
 from sessionwarden.views.errors import NotReplayable
 
-__all__ = ["SentRequest", "completeness", "content_references", "decision_line", "rebuild",
-           "render_json"]
+__all__ = ["DECISIONS", "SentRequest", "completeness", "content_references", "decision_line",
+           "rebuild", "render_json"]
 
 _json = msgspec.json.Encoder()
 
 #: The events that explain a call's request, besides its admission and completion.
-_DECISIONS = (ToolResultSpilled, ContextCompressed, SummariserFailed, HistoryReset,
+DECISIONS = (ToolResultSpilled, ContextCompressed, SummariserFailed, HistoryReset,
               CallResent, CompressionPreparing, CompressionPrepared, CompressionDropped)
 
 
@@ -140,7 +140,7 @@ def rebuild(log: EventLog, session_id: str, call: str) -> SentRequest:
             sent.provider, sent.model = event.provider, event.model
         elif isinstance(event, CallCompleted) and event.call_id == call_id:
             sent.credential, sent.outcome = event.credential, event.outcome
-        elif isinstance(event, _DECISIONS) and event.call_id == call_id:
+        elif isinstance(event, DECISIONS) and event.call_id == call_id:
             sent.decisions.append(event)
         elif isinstance(event, CallAdmitted) and event.parent_call == call_id:
             sent.decisions.append(event)  # a side call made for it (the summariser)

@@ -35,15 +35,13 @@ from sessionwarden.events import (
     ToolResultSpilled,
 )
 from sessionwarden.store import EventLog
-from sessionwarden.views.sent_requests import decision_line
+from sessionwarden.views.sent_requests import DECISIONS, decision_line
 
 __all__ = ["MAX_ENTRIES", "read_timeline"]
 
 #: The latest entries a timeline shows at most.
 MAX_ENTRIES = 500
 
-_DECISIONS = (ToolResultSpilled, ContextCompressed, SummariserFailed, HistoryReset,
-              CallResent, CompressionPreparing, CompressionPrepared, CompressionDropped)
 #: What kind of entry each decision is, for the page's colours and filters.
 _KINDS = {ToolResultSpilled: "spill", ContextCompressed: "compaction",
           SummariserFailed: "failure", HistoryReset: "reset", CallResent: "failover",
@@ -78,7 +76,7 @@ def _entry(event: Event, at: str, replayable: set[str]) -> dict[str, Any] | None
             text += f"; {event.error_class}"
     elif isinstance(event, CallRefused):
         kind, text = "refused", f"refused at {event.stage} ({event.status}): {event.reason}"
-    elif isinstance(event, _DECISIONS):
+    elif isinstance(event, DECISIONS):
         if isinstance(event, CallResent) and event.request is not None:
             replayable.add(event.call_id)
         kind, text = _KINDS[type(event)], decision_line(event)

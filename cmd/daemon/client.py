@@ -128,9 +128,11 @@ def _on_this_machine(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> 
 
 
 class _Answer(NamedTuple):
-    status: int
+    """A daemon's 200 answer: its body, who answered, and where it listens."""
+
     body: bytes
     who: str
+    where: str
 
 
 def _ask(db: Path, environ: Mapping[str, str] | None, method: str,
@@ -183,7 +185,7 @@ def _ask(db: Path, environ: Mapping[str, str] | None, method: str,
         return f"{who} answered {response.status}" + (f": {why}" if why else "")
     if len(body) > _MAX_ANSWER:
         return f"{who} answered more than a daemon would"
-    return _Answer(response.status, body, who)
+    return _Answer(body, who, daemon_url(address))
 
 
 def daemon_url(address: tuple[str, int]) -> str:
@@ -223,15 +225,13 @@ def sign_in_link(db: Path, environ: Mapping[str, str] | None = None) -> tuple[st
                            " (the page is the daemon's)")
     if isinstance(answer, str):
         raise CommandError(answer)
-    running = read_announcement(db)
-    address = _address(running.url) if running is not None else None
     try:
         code = msgspec.json.decode(answer.body, type=_Code)
     except msgspec.DecodeError:
         code = None
-    if address is None or code is None or not _CODE_PATH.fullmatch(code.path):
+    if code is None or not _CODE_PATH.fullmatch(code.path):
         raise CommandError(f"{answer.who} answered something that is not a sign-in code")
-    return daemon_url(address) + code.path, code.expires_at
+    return answer.where + code.path, code.expires_at
 
 
 def _cut(connection: http.client.HTTPConnection) -> None:
